@@ -1,0 +1,163 @@
+"""Tenure's Django settings.
+
+Two environment variables choose the deployment; everything else has a default:
+
+* ``DATABASE_URL`` — ``sqlite:///path`` (the embedded default, a file under ``var/``) or
+  ``postgres://user@host:port/name`` (the shared store for executors on many hosts).
+* ``CELERY_BROKER_URL`` — ``filesystem://`` (the embedded default, folders under ``var/``),
+  ``redis://…`` or ``amqp://…``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote, urlparse
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = Path(os.environ.get("TENURE_VAR_DIR", BASE_DIR / "var"))
+VAR_DIR.mkdir(parents=True, exist_ok=True)
+
+SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "tenure-insecure-development-key-change-me")
+DEBUG = os.environ.get("DJANGO_DEBUG", "0") == "1"
+ALLOWED_HOSTS = os.environ.get("DJANGO_ALLOWED_HOSTS", "127.0.0.1,localhost,testserver").split(",")
+
+
+def database_from_url(url: str) -> dict[str, Any]:
+    """Translate ``DATABASE_URL`` into a Django ``DATABASES`` entry."""
+    parsed = urlparse(url)
+    if parsed.scheme == "sqlite":
+        # sqlite:///relative/path or sqlite:////absolute/path
+        name = unquote(parsed.path[1:] if parsed.path.startswith("/") else parsed.path)
+        path = Path(name) if Path(name).is_absolute() else BASE_DIR / name
+        return {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": str(path),
+            "OPTIONS": {
+                # Every write transaction takes the write lock at BEGIN, so a claim can never
+                # be a read that is overtaken before its write (BEGIN IMMEDIATE).
+                "transaction_mode": "IMMEDIATE",
+                "timeout": 30,
+                "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+            },
+            "TEST": {"NAME": str(VAR_DIR / f"test-{path.stem}.sqlite3")},
+        }
+    if parsed.scheme in ("postgres", "postgresql"):
+        return {
+            "ENGINE": "django.db.backends.postgresql",
+            "NAME": unquote(parsed.path.lstrip("/")) or "tenure",
+            "USER": unquote(parsed.username or "postgres"),
+            "PASSWORD": unquote(parsed.password or ""),
+            "HOST": parsed.hostname or "127.0.0.1",
+            "PORT": str(parsed.port or 5432),
+            "CONN_MAX_AGE": 0,
+            "OPTIONS": {
+                # A blocked completion must time out and be retried, never hang (lock_timeout);
+                # a paused executor's open transaction is ended by the server.
+                "options": "-c lock_timeout=10000 -c idle_in_transaction_session_timeout=60000",
+            },
+            "TEST": {"NAME": os.environ.get("TENURE_TEST_DB_NAME", "test_tenure")},
+        }
+    raise ValueError(f"DATABASE_URL scheme {parsed.scheme!r} is not supported (sqlite, postgres)")
+
+
+DATABASE_URL = os.environ.get("DATABASE_URL", f"sqlite:///{VAR_DIR / 'tenure.sqlite3'}")
+DATABASES = {"default": database_from_url(DATABASE_URL)}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django_htmx",
+    "template_partials",
+    "scheduler_core",
+    "admin_ui",
+    "demo",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+]
+
+ROOT_URLCONF = "config.urls"
+WSGI_APPLICATION = "config.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    }
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+STATIC_URL = "static/"
+STATIC_ROOT = VAR_DIR / "static"
+LOGIN_URL = "/accounts/login/"
+LOGIN_REDIRECT_URL = "/ops/"
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "loggers": {
+        "tenure": {"handlers": ["console"], "level": os.environ.get("TENURE_LOG_LEVEL", "INFO")},
+    },
+}
+
+# --- Celery (primary transport). Messages carry only a job id; JSON only, pickle refused.
+BROKER_DIR = VAR_DIR / "broker"
+CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "filesystem://")
+CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, Any] = {}
+if CELERY_BROKER_URL.startswith("filesystem://"):
+    for sub in ("queue", "processed"):
+        (BROKER_DIR / sub).mkdir(parents=True, exist_ok=True)
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "data_folder_in": str(BROKER_DIR / "queue"),
+        "data_folder_out": str(BROKER_DIR / "queue"),
+        "processed_folder": str(BROKER_DIR / "processed"),
+        "store_processed": False,
+        "polling_interval": 0.05,
+    }
+CELERY_TASK_SERIALIZER = "json"
+CELERY_RESULT_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_RESULT_BACKEND = None
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_TASK_ACKS_LATE = True
+# A killed pool child must not make the broker redeliver forever: the database reaper owns
+# recovery, and a redelivered hint is absorbed by the claim anyway.
+CELERY_TASK_REJECT_ON_WORKER_LOST = False
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+
+# --- RQ (second transport)
+RQ_QUEUES = {
+    "default": {"URL": os.environ.get("RQ_REDIS_URL", "redis://127.0.0.1:6379/0")},
+}
+
+# --- Tenure. Every name has a default in scheduler_core.conf; override here or by env.
+TENURE_TRANSPORT = os.environ.get("TENURE_TRANSPORT", "celery")

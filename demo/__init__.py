@@ -1,0 +1,1 @@
+"""Example jobs and the destinations they talk to."""

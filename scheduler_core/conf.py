@@ -1,0 +1,58 @@
+"""Tenure's settings, read in one typed place with defaults.
+
+Each value may be set in Django settings as ``TENURE_<NAME>`` (for example
+``TENURE_DEFAULT_LEASE_SECONDS = 60``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any
+
+from django.conf import settings as django_settings
+
+
+@dataclass(frozen=True, kw_only=True)
+class TenureSettings:
+    """Every knob, with the default that ships."""
+
+    TRANSPORT: str = "polling"
+    """How executors learn about due work: ``polling`` (broker-less), ``celery`` or ``rq``."""
+    DEFAULT_QUEUE: str = "default"
+    DEFAULT_LEASE_SECONDS: int = 30
+    DEFAULT_MAX_ATTEMPTS: int = 5
+    MAX_LEASE_SECONDS: int = 24 * 3600
+    MAX_ATTEMPTS_LIMIT: int = 1000
+    MAX_PAYLOAD_BYTES: int = 256 * 1024
+    MAX_PAYLOAD_DEPTH: int = 32
+    MAX_RUN_AT_DAYS: int = 3660
+    REAP_GRACE_SECONDS: float = 2.0
+    """An expired lease is reaped only after this extra time, so a late heartbeat can land."""
+    HEARTBEAT_FRACTION: float = 1 / 3
+    """Heartbeats are sent every ``lease_seconds * HEARTBEAT_FRACTION``."""
+    POLL_INTERVAL: float = 0.5
+    """Broker-less executor: seconds between polls when no wake-up arrives."""
+    SHUTDOWN_GRACE_SECONDS: float = 10.0
+    """On SIGTERM an executor stops claiming and waits this long before releasing its jobs."""
+    SWEEP_INTERVAL: float = 1.0
+    """run_scheduler: seconds between maintenance rounds."""
+    REDISPATCH_AFTER_SECONDS: float = 10.0
+    """The dispatcher re-sends a broker hint for a due job not claimed this long after the last."""
+    EXECUTOR_STALE_SECONDS: float = 30.0
+    STUCK_AFTER_SECONDS: float = 60.0
+    FAILING_REPEATEDLY_ATTEMPTS: int = 3
+    BACKOFF_BASE_SECONDS: float = 1.0
+    BACKOFF_CAP_SECONDS: float = 3600.0
+    TRACEBACK_MAX_CHARS: int = 8000
+    TEST_DISABLE_FENCE: bool = False
+    """Negative control for the fault verifier only: drops the fence from attempt writes."""
+
+
+def get() -> TenureSettings:
+    """The current settings (read on every call, so tests may override them)."""
+    values: dict[str, Any] = {}
+    for f in fields(TenureSettings):
+        name = f"TENURE_{f.name}"
+        if hasattr(django_settings, name):
+            values[f.name] = getattr(django_settings, name)
+    return TenureSettings(**values)

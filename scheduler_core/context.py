@@ -1,0 +1,129 @@
+"""What a handler sees: ``ctx`` with the work identity, the attempt and the effect ledger."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from types import TracebackType
+
+from . import failpoints, store
+from .classify import is_ambiguous_in_flight
+from .exceptions import Permanent, StaleAttempt, Transient
+from .models import Effect
+
+log = logging.getLogger("tenure.context")
+
+
+class JobContext:
+    """The handler's view of its attempt.
+
+    ``ctx.job_id`` is the work identity, ``ctx.attempt`` the attempt number (from 1) and
+    ``ctx.fence`` the fencing token this attempt holds. ``ctx.effect(name)`` opens a fenced
+    effect record (see :class:`EffectScope`).
+    """
+
+    def __init__(self, lease: store.Lease) -> None:
+        self.lease = lease
+        self.job_id = lease.job_id
+        self.attempt = lease.attempt
+        self.fence = lease.fence
+        self.kind = lease.kind
+        self.name = lease.name
+        self.payload = lease.payload
+        self._lost = threading.Event()
+        self.lost_reason = ""
+        self.ambiguous = False
+        """True once an effect ended with its outcome unknown in this attempt."""
+
+    @property
+    def lost(self) -> bool:
+        """Whether this attempt has lost (or can no longer prove) ownership of the job."""
+        return self._lost.is_set()
+
+    def mark_lost(self, reason: str) -> None:
+        """Called by the heartbeat when the lease was refused or could not be renewed."""
+        if not self._lost.is_set():
+            self.lost_reason = reason
+            self._lost.set()
+            log.warning("job %s fence %s: attempt lost (%s)", self.job_id, self.fence, reason)
+
+    def check(self) -> None:
+        """Raise :class:`StaleAttempt` if the attempt has lost its lease (cheap, no query)."""
+        if self.lost:
+            raise StaleAttempt(self.job_id, self.fence, "check")
+
+    def effect(self, name: str) -> EffectScope:
+        """A fenced effect record: ``with ctx.effect("charge") as eff: ...``."""
+        if not name or len(name) > 100:
+            raise ValueError("effect name must be 1..100 characters")
+        return EffectScope(self, name)
+
+
+class EffectScope:
+    """Context manager around one business effect.
+
+    On entry it records the intent (a fenced write refused once the attempt is stale or its
+    lease expired by the database's clock). ``eff.key`` is derived from the job and the
+    effect's name — the same for every retry, reconcile attempt, operator retry and fallback —
+    and ``eff.fence`` is the fencing token to pass to the destination. ``eff.done`` is true
+    when the ledger already records the effect applied (skip the call then). On a normal exit
+    the effect is recorded ``applied``; on an exception it is recorded ``not_applied`` when
+    the error says nothing was sent (``Transient``, ``Permanent``, a refused connection) and
+    ``unknown`` otherwise.
+    """
+
+    def __init__(self, ctx: JobContext, name: str) -> None:
+        self.ctx = ctx
+        self.name = name
+        self.key = store.effect_key(ctx.job_id, name)
+        self.fence = ctx.fence
+        self.done = False
+        self.destination_ref = ""
+        self.note = ""
+
+    def __enter__(self) -> EffectScope:
+        self.ctx.check()
+        row = store.effect_intend(self.ctx.lease, self.name)
+        self.done = row.state == Effect.APPLIED
+        if not self.done:
+            failpoints.hit("before_effect")
+        return self
+
+    def applied(self, destination_ref: str = "", note: str = "") -> None:
+        """Attach the destination's reference (for example its charge id) to the record."""
+        self.destination_ref = destination_ref
+        self.note = note
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self.done:
+            return
+        if exc is None:
+            failpoints.hit("after_effect")
+            store.effect_settle(
+                self.ctx.lease,
+                self.key,
+                Effect.APPLIED,
+                destination_ref=self.destination_ref,
+                note=self.note,
+            )
+            return
+        if isinstance(exc, StaleAttempt):
+            return
+        nothing_sent = isinstance(exc, Transient | Permanent | ConnectionRefusedError)
+        state = Effect.NOT_APPLIED if nothing_sent else Effect.UNKNOWN
+        if state == Effect.UNKNOWN:
+            self.ctx.ambiguous = True
+        note = f"{type(exc).__name__}: {exc}"
+        if is_ambiguous_in_flight(exc):
+            note = f"may have reached the destination: {note}"
+        try:
+            store.effect_settle(self.ctx.lease, self.key, state, note=note)
+        except StaleAttempt as stale:
+            store.record_stale(stale, self.ctx.lease.executor)
+        except Exception:  # the original error matters more than the ledger note
+            log.exception("job %s: could not record effect outcome", self.ctx.job_id)

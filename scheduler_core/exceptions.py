@@ -1,0 +1,70 @@
+"""Error types a handler raises to classify its own failure, and the library's own errors."""
+
+from __future__ import annotations
+
+
+class JobError(Exception):
+    """Base class of the three failure classes a handler may raise."""
+
+    def __init__(self, message: str = "", *, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+        """Seconds to wait before the next attempt; overrides the backoff when given."""
+
+
+class Transient(JobError):
+    """The work did not happen and may succeed later: retry with backoff, bounded."""
+
+
+class Permanent(JobError):
+    """The work cannot succeed by retrying: end the job ``failed`` after this attempt."""
+
+
+class Indeterminate(JobError):
+    """The effect may or may not have happened (a timeout after the request was sent).
+
+    What follows depends on the job's effect mode: an idempotent job retries under the same
+    key, a reconcilable one asks the destination, an at-most-once one is parked for an operator.
+    """
+
+
+class Snooze(Exception):
+    """Put the job back to wait ``seconds`` without spending an attempt."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__(f"snoozed for {seconds}s")
+        self.seconds = seconds
+
+
+class TenureError(Exception):
+    """Base class of errors raised by the library to its callers."""
+
+
+class EnqueueError(TenureError, ValueError):
+    """Refused input at enqueue time. Nothing was written."""
+
+
+class UnknownJob(EnqueueError):
+    """No job is registered under that name."""
+
+
+class StaleAttempt(TenureError):
+    """A fenced write found the job no longer leased under this attempt's fence.
+
+    The attempt has lost ownership (its lease expired and was reaped, or it was released);
+    it must stop and write nothing more. The refusal is counted.
+    """
+
+    def __init__(self, job_id: int, fence: int, write: str) -> None:
+        super().__init__(f"job {job_id}: {write} refused, fence {fence} is no longer current")
+        self.job_id = job_id
+        self.fence = fence
+        self.write = write
+
+
+class ActionConflict(TenureError):
+    """An operator action lost a race: the job changed since the operator looked (HTTP 409)."""
+
+
+class ActionRefused(TenureError):
+    """An operator action is not allowed for the job's current state or mode (HTTP 400)."""

@@ -1,0 +1,553 @@
+"""Running claimed attempts: one attempt end to end, the heartbeat, and the broker-less worker.
+
+Every transport ends here: the broker-less :class:`Worker` claims batches itself; the Celery
+and RQ adapters claim the one job a message names and call :func:`run_lease`.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue as queue_mod
+import random
+import signal
+import threading
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db import (
+    DatabaseError,
+    InterfaceError,
+    OperationalError,
+    close_old_connections,
+    transaction,
+)
+from django.db import connection as db_connection
+
+from . import conf, failpoints, metrics, outcomes, registry, states, store
+from .classify import FailureClass, PayloadMismatch, classify
+from .context import JobContext
+from .exceptions import JobError, Snooze, StaleAttempt
+from .modes import EffectMode
+from .outcomes import Decision, Reconciliation, Situation
+
+log = logging.getLogger("tenure.executor")
+
+
+# ---------------------------------------------------------------------------------------------
+# Heartbeat: one thread per process renews every active lease
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Active:
+    ctx: JobContext
+    started: float
+    last_renewed: float
+    timeout: float | None
+
+
+class Heartbeater:
+    """Renews the leases of this process's running attempts from one thread.
+
+    A refused renewal (the fence moved on) marks the attempt lost and is recorded. A renewal
+    that cannot reach the database is retried; once the lease would have run out by this
+    process's monotonic clock the attempt marks itself lost (self-fencing), so it starts no
+    new effect. An attempt past its job type's ``timeout`` stops being renewed.
+    """
+
+    def __init__(self, executor_id: str, *, beat_executor: bool = True) -> None:
+        self.executor_id = executor_id
+        self.beat_executor = beat_executor
+        self._active: dict[int, _Active] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._last_executor_beat = 0.0
+
+    def start(self) -> None:
+        """Start the renewal thread (idempotent)."""
+        if self._thread is None or not self._thread.is_alive():
+            self._stop.clear()
+            self._thread = threading.Thread(target=self._run, name="tenure-heartbeat", daemon=True)
+            self._thread.start()
+
+    def stop(self) -> None:
+        """Stop renewing."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def add(self, ctx: JobContext, timeout: float | None = None) -> None:
+        now = time.monotonic()
+        with self._lock:
+            self._active[ctx.lease.attempt_id] = _Active(ctx, now, now, timeout)
+
+    def remove(self, ctx: JobContext) -> None:
+        with self._lock:
+            self._active.pop(ctx.lease.attempt_id, None)
+
+    def active(self) -> list[JobContext]:
+        with self._lock:
+            return [a.ctx for a in self._active.values()]
+
+    def _run(self) -> None:
+        fraction = conf.get().HEARTBEAT_FRACTION
+        try:
+            while not self._stop.wait(0.2):
+                self.tick(fraction)
+        finally:
+            db_connection.close()
+
+    def tick(self, fraction: float) -> None:
+        """Renew whatever is due (called by the thread; tests may call it directly)."""
+        now = time.monotonic()
+        with self._lock:
+            items = list(self._active.values())
+        for a in items:
+            ctx = a.ctx
+            if ctx.lost:
+                continue
+            lease_s = ctx.lease.lease_seconds
+            if a.timeout is not None and now - a.started > a.timeout:
+                ctx.mark_lost(f"exceeded its maximum runtime of {a.timeout}s")
+                continue
+            if now - a.last_renewed < lease_s * fraction:
+                continue
+            try:
+                store.heartbeat(ctx.lease)
+                a.last_renewed = time.monotonic()
+            except StaleAttempt as e:
+                metrics.stale_refused(e.write)
+                store.record_stale(e, self.executor_id)
+                ctx.mark_lost("lease taken over (heartbeat refused)")
+            except DatabaseError as e:
+                log.warning("heartbeat for job %s failed: %s", ctx.job_id, e)
+                db_connection.close()
+                # Self-fence before the lease can have expired by the database's clock.
+                if time.monotonic() - a.last_renewed > lease_s * 0.8:
+                    ctx.mark_lost("could not renew the lease in time")
+        if self.beat_executor and now - self._last_executor_beat > 2.0:
+            self._last_executor_beat = now
+            try:
+                store.executor_beat(self.executor_id, active=len(items))
+            except DatabaseError:
+                db_connection.close()
+
+
+# ---------------------------------------------------------------------------------------------
+# One attempt, end to end
+# ---------------------------------------------------------------------------------------------
+
+
+def _outcome_label(decision: Decision) -> str:
+    target = decision.transition.target
+    if target == states.State.WAITING:
+        return "retried" if decision.spend_attempt else "snoozed"
+    return str(target.value)
+
+
+def _complete_read_back(lease: store.Lease, fn: Callable[[], None], *, tries: int = 3) -> None:
+    """Complete, and when the connection breaks mid-way read the outcome back, never guess."""
+    for n in range(tries):
+        try:
+            fn()
+            return
+        except (OperationalError, InterfaceError):
+            db_connection.close()
+            outcome = _read_back(lease)
+            if outcome == "succeeded":
+                return
+            if outcome != "leased" or n == tries - 1:
+                raise
+            time.sleep(0.2 * 2**n)
+
+
+def _read_back(lease: store.Lease) -> str:
+    """``succeeded`` if this attempt's completion committed, ``leased`` if the job is still
+    this attempt's, else ``other``."""
+    from .models import Attempt, Job
+
+    for n in range(5):
+        try:
+            outcome = (
+                Attempt.objects.filter(pk=lease.attempt_id)
+                .values_list("outcome", flat=True)
+                .first()
+            )
+            if outcome == "succeeded":
+                return "succeeded"
+            mine = Job.objects.filter(
+                pk=lease.job_id, fence=lease.fence, state=states.State.LEASED
+            ).exists()
+            return "leased" if mine else "other"
+        except (OperationalError, InterfaceError):
+            db_connection.close()
+            time.sleep(0.2 * 2**n)
+    return "unknown"
+
+
+def run_lease(
+    lease: store.Lease,
+    *,
+    heartbeater: Heartbeater | None = None,
+    rng: random.Random | None = None,
+) -> str:
+    """Run one claimed attempt and record its end through the write seam.
+
+    Returns the attempt's outcome (``succeeded``, ``retried``, ``failed``, ``indeterminate``,
+    ``snoozed`` or ``stale``). A refused write stops the attempt; nothing more is written for
+    it and the refusal is recorded.
+    """
+    rng = rng or random.Random()
+    ctx = JobContext(lease)
+    jt = registry.get(lease.name)
+    if heartbeater is not None:
+        heartbeater.add(ctx, timeout=jt.timeout if jt else None)
+    started = time.monotonic()
+    try:
+        failpoints.hit("after_claim")
+        if jt is None:
+            return _end_with_error(
+                ctx,
+                None,
+                JobError(f"no handler registered as {lease.name!r} in this process"),
+                rng,
+            )
+        if lease.kind == outcomes.Kind.RECONCILE:
+            return _reconcile(ctx, jt, rng)
+        return _run(ctx, jt, rng)
+    except StaleAttempt as e:
+        metrics.stale_refused(e.write)
+        store.record_stale(e, lease.executor)
+        return "stale"
+    finally:
+        metrics.attempt_finished(lease.name, time.monotonic() - started)
+        if heartbeater is not None:
+            heartbeater.remove(ctx)
+
+
+def _run(ctx: JobContext, jt: registry.JobType, rng: random.Random) -> str:
+    lease = ctx.lease
+    try:
+        try:
+            jt.check_payload(lease.payload)
+        except TypeError as e:
+            raise PayloadMismatch(str(e)) from None
+        if jt.effect == EffectMode.TRANSACTIONAL:
+            # The handler's writes, its ledger rows and the fenced completion commit together;
+            # a refused completion rolls all of them back.
+            def commit_all() -> None:
+                with transaction.atomic():
+                    jt.func(ctx, **lease.payload)
+                    failpoints.hit("before_complete")
+                    store.complete(lease)
+                    failpoints.hit("in_commit")
+
+            _complete_read_back(lease, commit_all, tries=1)
+        else:
+            jt.func(ctx, **lease.payload)
+            failpoints.hit("before_complete")
+            _complete_read_back(lease, lambda: store.complete(lease))
+        return "succeeded"
+    except StaleAttempt:
+        raise
+    except Snooze as s:
+        decision = Decision(
+            transition=states.RETRY, delay=max(0.0, s.seconds), reason=str(s), spend_attempt=False
+        )
+        store.finish(lease, decision, outcome="snoozed")
+        return "snoozed"
+    except Exception as exc:
+        return _end_with_error(ctx, jt, exc, rng)
+
+
+def _end_with_error(
+    ctx: JobContext, jt: registry.JobType | None, exc: BaseException, rng: random.Random
+) -> str:
+    lease = ctx.lease
+    failure_class = classify(
+        exc,
+        retry_on=jt.retry_on if jt else (),
+        permanent_on=jt.permanent_on if jt else (),
+        in_effect=ctx.ambiguous,
+    )
+    policy = jt.retry_policy if jt else store._type_policy(lease.name)[0]
+    situation = _situation(ctx, jt)
+    decision = outcomes.after_failure(
+        situation,
+        failure_class,
+        policy=policy,
+        rng=rng,
+        message=str(exc)[:500],
+        retry_after=getattr(exc, "retry_after", None),
+    )
+    failure = store.Failure(
+        error_class=failure_class.value,
+        error_type=f"{type(exc).__module__}.{type(exc).__qualname__}",
+        message=str(exc),
+        traceback="".join(traceback.format_exception(exc)),
+    )
+    log.info(
+        "job %s (%s) attempt %s: %s %s -> %s",
+        lease.job_id,
+        lease.name,
+        lease.attempt,
+        failure_class.value,
+        failure.error_type,
+        decision.transition.target.value,
+    )
+    store.finish(lease, decision, outcome=_outcome_label(decision), failure=failure)
+    return _outcome_label(decision)
+
+
+def _situation(ctx: JobContext, jt: registry.JobType | None) -> Situation:
+    from .dbclock import db_now
+
+    lease = ctx.lease
+    return Situation(
+        mode=EffectMode(lease.effect),
+        attempt=lease.attempt,
+        max_attempts=lease.max_attempts,
+        age_seconds=(db_now() - lease.created_at).total_seconds(),
+        has_reconcile=bool(jt and jt.reconcile),
+    )
+
+
+def _reconcile(ctx: JobContext, jt: registry.JobType, rng: random.Random) -> str:
+    """Ask the destination what happened to the job's effect; never re-run blindly."""
+    lease = ctx.lease
+    if jt.reconcile is None:
+        decision = outcomes.after_reconcile(Reconciliation.UNKNOWN)
+        store.finish(lease, decision, outcome="reconciled_unknown")
+        return "indeterminate"
+    try:
+        answer = Reconciliation(jt.reconcile(ctx, **lease.payload))
+    except StaleAttempt:
+        raise
+    except Exception as exc:
+        log.warning("job %s: reconcile failed: %s", lease.job_id, exc)
+        return _end_with_error(ctx, jt, exc, rng) if isinstance(exc, JobError) else _park(ctx, exc)
+    store.reconciled(lease, answer)
+    decision = outcomes.after_reconcile(answer)
+    store.finish(lease, decision, outcome=f"reconciled_{answer.value}")
+    return _outcome_label(decision)
+
+
+def _park(ctx: JobContext, exc: BaseException) -> str:
+    decision = Decision(transition=states.PARK, reason=f"reconcile raised {exc!r}"[:500])
+    failure = store.Failure(
+        error_class=FailureClass.INDETERMINATE.value,
+        error_type=type(exc).__qualname__,
+        message=str(exc),
+        traceback="".join(traceback.format_exception(exc)),
+    )
+    store.finish(ctx.lease, decision, outcome="indeterminate", failure=failure)
+    return "indeterminate"
+
+
+# ---------------------------------------------------------------------------------------------
+# The broker-less worker
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class WorkerStats:
+    """What a worker did, by attempt outcome."""
+
+    claimed: int = 0
+    outcomes: dict[str, int] = field(default_factory=dict)
+
+
+class Worker:
+    """Claims due jobs in batches and runs them on ``concurrency`` threads.
+
+    Wakes on ``NOTIFY`` (PostgreSQL) or every ``poll_interval`` seconds. On SIGTERM or SIGINT
+    it stops claiming, waits up to ``grace`` seconds for running attempts, then releases the
+    rest through the write seam (so no job waits for a full lease) and exits.
+    """
+
+    def __init__(
+        self,
+        *,
+        queues: Sequence[str] = ("default",),
+        concurrency: int = 4,
+        poll_interval: float | None = None,
+        grace: float | None = None,
+        burst: bool = False,
+        executor_id: str | None = None,
+    ) -> None:
+        s = conf.get()
+        self.queues = list(queues)
+        self.concurrency = max(1, concurrency)
+        self.poll_interval = s.POLL_INTERVAL if poll_interval is None else poll_interval
+        self.grace = s.SHUTDOWN_GRACE_SECONDS if grace is None else grace
+        self.burst = burst
+        self.executor_id = executor_id or store.new_executor_id("exec")
+        self.heartbeater = Heartbeater(self.executor_id)
+        self.stats = WorkerStats()
+        self._todo: queue_mod.Queue[store.Lease | None] = queue_mod.Queue()
+        self._busy = 0
+        self._busy_lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stopping = threading.Event()
+        self._threads: list[threading.Thread] = []
+
+    # -- control --------------------------------------------------------------------------
+    def request_stop(self, *_: Any) -> None:
+        """Stop claiming; running attempts get ``grace`` seconds to finish."""
+        if not self._stopping.is_set():
+            log.info("executor %s: stopping (grace %.1fs)", self.executor_id, self.grace)
+        self._stopping.set()
+        self._wake.set()
+
+    def install_signal_handlers(self) -> None:
+        signal.signal(signal.SIGTERM, self.request_stop)
+        signal.signal(signal.SIGINT, self.request_stop)
+
+    # -- loop -----------------------------------------------------------------------------
+    def run(self) -> WorkerStats:
+        """Run until stopped (or, in burst mode, until nothing is due and nothing runs)."""
+        store.executor_started(
+            self.executor_id, transport="polling", queues=self.queues, concurrency=self.concurrency
+        )
+        log.info(
+            "executor %s: queues=%s concurrency=%d", self.executor_id, self.queues, self.concurrency
+        )
+        self.heartbeater.start()
+        for i in range(self.concurrency):
+            t = threading.Thread(target=self._work, name=f"tenure-worker-{i}", daemon=True)
+            t.start()
+            self._threads.append(t)
+        listener = _Listener(self.queues, self._wake)
+        listener.start()
+        backoff = 0.0
+        try:
+            while not self._stopping.is_set():
+                # Cleared before claiming, so a wake-up that arrives meanwhile is not lost.
+                self._wake.clear()
+                free = self.concurrency - self._busy_count()
+                got = 0
+                if free > 0:
+                    try:
+                        got = self._claim(free)
+                        backoff = 0.0
+                    except DatabaseError as e:
+                        # The database is down or refusing: back off, never spin.
+                        backoff = min(10.0, max(0.2, backoff * 2))
+                        log.warning("claim failed (%s); retrying in %.1fs", e, backoff)
+                        db_connection.close()
+                        self._stopping.wait(backoff)
+                        continue
+                if self.burst and got == 0 and self._busy_count() == 0:
+                    break
+                # Either nothing more is due or every slot is busy: wait for NOTIFY, a freed
+                # slot, or the poll interval.
+                self._wake.wait(self.poll_interval)
+        finally:
+            listener.stop()
+            self._shutdown()
+        return self.stats
+
+    def _busy_count(self) -> int:
+        with self._busy_lock:
+            return self._busy
+
+    def _claim(self, free: int) -> int:
+        leases = store.claim(executor=self.executor_id, queues=self.queues, limit=free)
+        for lease in leases:
+            with self._busy_lock:
+                self._busy += 1
+            self.stats.claimed += 1
+            self._todo.put(lease)
+        if leases:
+            metrics.claimed(len(leases))
+        return len(leases)
+
+    def _work(self) -> None:
+        rng = random.Random()
+        while True:
+            lease = self._todo.get()
+            if lease is None:
+                break
+            try:
+                close_old_connections()
+                outcome = run_lease(lease, heartbeater=self.heartbeater, rng=rng)
+                self.stats.outcomes[outcome] = self.stats.outcomes.get(outcome, 0) + 1
+            except Exception:
+                # The database failed while ending the attempt: its lease will expire and the
+                # reaper moves it on. Nothing is lost, only delayed.
+                log.exception("job %s: could not record the attempt's end", lease.job_id)
+                db_connection.close()
+            finally:
+                with self._busy_lock:
+                    self._busy -= 1
+                self._wake.set()
+        db_connection.close()
+
+    def _shutdown(self) -> None:
+        deadline = time.monotonic() + (self.grace if self._stopping.is_set() else 0)
+        while self._busy_count() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        for ctx in self.heartbeater.active():
+            ctx.mark_lost("executor shut down before the attempt finished")
+            try:
+                store.release(ctx.lease)
+                log.info("executor %s: released job %s", self.executor_id, ctx.job_id)
+            except StaleAttempt as e:
+                store.record_stale(e, self.executor_id)
+            except DatabaseError:
+                log.exception("could not release job %s; its lease will expire", ctx.job_id)
+        self.heartbeater.stop()
+        for _ in self._threads:
+            self._todo.put(None)
+        try:
+            store.executor_stopped(self.executor_id)
+        except DatabaseError:
+            pass
+        log.info(
+            "executor %s: stopped after %d claims %s",
+            self.executor_id,
+            self.stats.claimed,
+            self.stats.outcomes,
+        )
+
+
+class _Listener:
+    """PostgreSQL ``LISTEN`` for wake-ups; a no-op elsewhere (polling covers it)."""
+
+    def __init__(self, queues: Sequence[str], wake: threading.Event) -> None:
+        self.queues = set(queues)
+        self.wake = wake
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        if db_connection.vendor != "postgresql":
+            return
+        self._thread = threading.Thread(target=self._run, name="tenure-listen", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _run(self) -> None:
+        import psycopg
+
+        params = db_connection.get_connection_params()
+        delay = 0.5
+        while not self._stop.is_set():
+            try:
+                with psycopg.connect(**params, autocommit=True) as conn:
+                    conn.execute(f"LISTEN {store.WAKEUP_CHANNEL}")
+                    delay = 0.5
+                    while not self._stop.is_set():
+                        for n in conn.notifies(timeout=1.0):
+                            if n.payload in self.queues:
+                                self.wake.set()
+            except Exception as e:  # reconnect with backoff; polling still runs meanwhile
+                log.debug("listener reconnecting after %s", e)
+                self._stop.wait(delay)
+                delay = min(10.0, delay * 2)

@@ -1,0 +1,27 @@
+"""``manage.py jobs_status [--json]``: counts by state and health, executors, stale writes."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandParser
+
+from scheduler_core import health
+
+
+class Command(BaseCommand):
+    help = "Print job counts by state and health, live executors and refused stale writes."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--json", action="store_true")
+
+    def handle(self, *args: Any, **opts: Any) -> None:
+        status = health.status()
+        if opts["json"]:
+            self.stdout.write(json.dumps(status, indent=2, sort_keys=True))
+            return
+        self.stdout.write("states:   " + "  ".join(f"{k}={v}" for k, v in status["states"].items()))
+        self.stdout.write("health:   " + "  ".join(f"{k}={v}" for k, v in status["health"].items()))
+        self.stdout.write(f"executors alive: {status['executors']['alive']}")
+        self.stdout.write(f"stale writes refused: {status['stale_writes_refused']['total']}")

@@ -1,0 +1,22 @@
+"""``manage.py run_scheduler``: reaper, hint dispatcher, schedules. Safe to run many."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandParser
+
+from scheduler_core.maintenance import Maintenance
+
+
+class Command(BaseCommand):
+    help = "Run maintenance: reap expired leases, re-send lost hints, fire schedules."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--interval", type=float, default=None)
+        parser.add_argument("--once", action="store_true", help="One round, then exit.")
+
+    def handle(self, *args: Any, **opts: Any) -> None:
+        m = Maintenance(interval=opts["interval"])
+        m.install_signal_handlers()
+        m.run(rounds=1 if opts["once"] else None)

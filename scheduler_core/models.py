@@ -1,0 +1,231 @@
+"""The record: jobs (work identity), attempts (one try each), the effect ledger, schedules,
+the operator audit trail and live executors.
+
+Rows are read anywhere; ``Job.state``, its fence and lease are written only by
+``scheduler_core.store``.
+"""
+
+from __future__ import annotations
+
+from django.db import models
+from django.db.models import Q
+
+from .modes import MODE_CHOICES
+from .states import STATE_CHOICES, State
+
+
+class JobQuerySet(models.QuerySet["Job"]):
+    """Named reads used by the executor, the maintenance loop and the dashboard."""
+
+    def waiting(self) -> JobQuerySet:
+        return self.filter(state=State.WAITING)
+
+    def leased(self) -> JobQuerySet:
+        return self.filter(state=State.LEASED)
+
+    def unfinished(self) -> JobQuerySet:
+        return self.filter(state__in=[State.WAITING, State.LEASED, State.INDETERMINATE])
+
+
+class Job(models.Model):
+    """The work identity: one row per accepted piece of work, whatever its attempts."""
+
+    name = models.CharField(max_length=200, help_text="Registered handler name.")
+    queue = models.CharField(max_length=100, default="default")
+    payload = models.JSONField(default=dict)
+    priority = models.SmallIntegerField(default=0, help_text="Higher runs first.")
+    run_at = models.DateTimeField(help_text="Due time (database clock).")
+    state = models.CharField(max_length=16, choices=STATE_CHOICES, default=State.WAITING)
+    fence = models.BigIntegerField(default=0, help_text="Fencing token; grows by 1 per claim.")
+    lease_owner = models.CharField(max_length=200, blank=True, default="")
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
+    attempts = models.IntegerField(default=0, help_text="Attempts spent (claims, less snoozes).")
+    max_attempts = models.IntegerField(default=5)
+    lease_seconds = models.IntegerField(default=30)
+    unique_key = models.CharField(max_length=300, null=True, blank=True, unique=True)
+    effect = models.CharField(max_length=20, choices=MODE_CHOICES, default="at_least_once")
+    next_kind = models.CharField(max_length=10, default="run", help_text="run or reconcile.")
+    version = models.IntegerField(default=1, help_text="Optimistic check for operator actions.")
+    schedule = models.ForeignKey(
+        "Schedule", null=True, blank=True, on_delete=models.SET_NULL, related_name="jobs"
+    )
+    created_at = models.DateTimeField()
+    updated_at = models.DateTimeField()
+    finished_at = models.DateTimeField(null=True, blank=True)
+    hinted_at = models.DateTimeField(
+        null=True, blank=True, help_text="Last broker hint sent (dispatcher)."
+    )
+    last_error = models.TextField(blank=True, default="")
+    reason = models.TextField(
+        blank=True, default="", help_text="Why the job is terminal, indeterminate or backing off."
+    )
+
+    objects = JobQuerySet.as_manager()
+
+    class Meta:
+        db_table = "tenure_job"
+        indexes = [
+            # The claim: due waiting jobs of a queue in priority order.
+            models.Index(
+                fields=["queue", "-priority", "run_at", "id"],
+                name="tenure_job_claim",
+                condition=Q(state="waiting"),
+            ),
+            # The reaper: expired leases.
+            models.Index(
+                fields=["lease_expires_at"],
+                name="tenure_job_leases",
+                condition=Q(state="leased"),
+            ),
+            models.Index(fields=["state", "-updated_at", "-id"], name="tenure_job_state"),
+            models.Index(fields=["name", "state"], name="tenure_job_name_state"),
+            models.Index(fields=["queue", "state"], name="tenure_job_queue_state"),
+        ]
+
+    def __str__(self) -> str:
+        return f"job {self.pk} {self.name} [{self.state}] fence {self.fence}"
+
+
+class Attempt(models.Model):
+    """One try at a job: the fence it was issued and what became of it."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="attempt_set")
+    number = models.IntegerField(help_text="The job's attempt count when this claim was made.")
+    fence = models.BigIntegerField()
+    kind = models.CharField(max_length=10, default="run")
+    executor = models.CharField(max_length=200)
+    claimed_at = models.DateTimeField()
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    outcome = models.CharField(max_length=20, blank=True, default="")
+    error_class = models.CharField(max_length=20, blank=True, default="")
+    error_type = models.CharField(max_length=200, blank=True, default="")
+    message = models.TextField(blank=True, default="")
+    traceback = models.TextField(blank=True, default="")
+
+    class Meta:
+        db_table = "tenure_attempt"
+        constraints = [
+            models.UniqueConstraint(fields=["job", "fence"], name="tenure_attempt_job_fence")
+        ]
+
+    def __str__(self) -> str:
+        return f"attempt {self.number} of job {self.job_id} fence {self.fence}"
+
+
+class Effect(models.Model):
+    """One business effect of a job, keyed by work identity (never by attempt)."""
+
+    INTENDED = "intended"
+    APPLIED = "applied"
+    NOT_APPLIED = "not_applied"
+    UNKNOWN = "unknown"
+    STATES = [(s, s) for s in (INTENDED, APPLIED, NOT_APPLIED, UNKNOWN)]
+
+    key = models.CharField(max_length=300, unique=True)
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="effect_set")
+    name = models.CharField(max_length=100)
+    state = models.CharField(max_length=16, choices=STATES, default=INTENDED)
+    attempt = models.ForeignKey(Attempt, null=True, blank=True, on_delete=models.SET_NULL)
+    fence = models.BigIntegerField()
+    destination_ref = models.CharField(max_length=300, blank=True, default="")
+    intents = models.IntegerField(default=1, help_text="How many attempts recorded an intent.")
+    duplicate_possible = models.BooleanField(default=False)
+    note = models.TextField(blank=True, default="")
+    created_at = models.DateTimeField()
+    updated_at = models.DateTimeField()
+
+    class Meta:
+        db_table = "tenure_effect"
+        indexes = [models.Index(fields=["job", "state"], name="tenure_effect_job_state")]
+
+    def __str__(self) -> str:
+        return f"effect {self.key} [{self.state}]"
+
+
+class Schedule(models.Model):
+    """A recurring job: each occurrence becomes one Job whose unique_key names it."""
+
+    name = models.CharField(max_length=200, unique=True)
+    job_name = models.CharField(max_length=200)
+    payload = models.JSONField(default=dict)
+    cron = models.CharField(max_length=200, blank=True, default="")
+    interval_seconds = models.IntegerField(null=True, blank=True)
+    timezone = models.CharField(max_length=64, default="UTC")
+    misfire = models.CharField(max_length=20, default="run_once")
+    catch_up_max = models.IntegerField(default=1)
+    overlap = models.CharField(max_length=10, default="allow")
+    paused = models.BooleanField(default=False)
+    source = models.CharField(max_length=10, default="database")
+    next_fire_at = models.DateTimeField(null=True, blank=True)
+    last_fire_at = models.DateTimeField(null=True, blank=True)
+    version = models.IntegerField(default=1)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        db_table = "tenure_schedule"
+
+    def __str__(self) -> str:
+        return f"schedule {self.name}"
+
+
+class AuditEntry(models.Model):
+    """Every operator action: who, what, why, and the state before and after."""
+
+    job = models.ForeignKey(Job, null=True, blank=True, on_delete=models.SET_NULL)
+    actor = models.CharField(max_length=150)
+    action = models.CharField(max_length=50)
+    reason = models.TextField()
+    verified = models.CharField(max_length=50, blank=True, default="")
+    state_before = models.CharField(max_length=16, blank=True, default="")
+    state_after = models.CharField(max_length=16, blank=True, default="")
+    version_before = models.IntegerField(null=True, blank=True)
+    detail = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        db_table = "tenure_audit"
+        indexes = [models.Index(fields=["job", "-created_at"], name="tenure_audit_job")]
+
+    def __str__(self) -> str:
+        return f"{self.actor} {self.action} job {self.job_id}"
+
+
+class Executor(models.Model):
+    """A heartbeat row per executor process, for the dashboard and jobs_status."""
+
+    id = models.CharField(max_length=200, primary_key=True, help_text="host:pid:uuid")
+    hostname = models.CharField(max_length=200)
+    pid = models.IntegerField()
+    transport = models.CharField(max_length=20)
+    queues = models.CharField(max_length=500)
+    concurrency = models.IntegerField(default=1)
+    active = models.IntegerField(default=0)
+    started_at = models.DateTimeField()
+    heartbeat_at = models.DateTimeField()
+    stopped_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        db_table = "tenure_executor"
+
+    def __str__(self) -> str:
+        return self.id
+
+
+class StaleWrite(models.Model):
+    """Evidence: a write on behalf of an attempt whose fence was no longer current, refused."""
+
+    job_id = models.BigIntegerField(db_index=True)
+    fence = models.BigIntegerField()
+    write = models.CharField(max_length=30)
+    executor = models.CharField(max_length=200, blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        db_table = "tenure_stale_write"
+
+    def __str__(self) -> str:
+        return f"stale {self.write} job {self.job_id} fence {self.fence}"

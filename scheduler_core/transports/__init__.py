@@ -1,0 +1,40 @@
+"""Transports deliver wake-ups, never ownership: the database decides who runs a job.
+
+``TENURE_TRANSPORT`` picks one: ``polling`` (broker-less; ``run_executor``), ``celery``
+(primary) or ``rq``. Celery and RQ are imported only inside their adapters.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from .. import conf
+
+log = logging.getLogger("tenure.transports")
+
+BROKER_TRANSPORTS = frozenset({"celery", "rq"})
+
+
+def uses_broker() -> bool:
+    """Whether due jobs are announced through a broker message."""
+    return conf.get().TRANSPORT in BROKER_TRANSPORTS
+
+
+def publish(job_id: int, queue: str) -> bool:
+    """Send a hint that ``job_id`` is due. Returns False (and logs) if the broker refused.
+
+    A lost hint only delays the job: the dispatcher re-sends hints for due jobs not claimed.
+    """
+    name = conf.get().TRANSPORT
+    try:
+        if name == "celery":
+            from . import celery as adapter
+        elif name == "rq":
+            from . import rq as adapter  # type: ignore[no-redef]
+        else:
+            return True
+        adapter.publish(job_id, queue)
+        return True
+    except Exception as e:
+        log.warning("could not publish hint for job %s on %s: %s", job_id, queue, e)
+        return False

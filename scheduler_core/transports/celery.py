@@ -1,0 +1,57 @@
+"""Celery adapter: a message carries only a job id; the claim decides who runs it.
+
+Messages are JSON only (``accept_content=["json"]``), so a pickle-typed message is refused by
+the worker before anything is deserialised. A duplicated message finds the job already leased
+or finished and is dropped with a log line; a lost one is re-sent by the dispatcher. A future
+``run_at`` is held in the database, never as a broker ETA.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+from celery import shared_task
+
+from .. import executor, store
+
+log = logging.getLogger("tenure.transports.celery")
+
+TASK_NAME = "tenure.run"
+
+_state: dict[str, Any] = {}
+_lock = threading.Lock()
+
+
+def _process_executor() -> tuple[str, executor.Heartbeater]:
+    """This worker process's identity and heartbeat thread, created after fork."""
+    import os
+
+    with _lock:
+        if _state.get("pid") != os.getpid():
+            executor_id = store.new_executor_id("celery")
+            store.executor_started(executor_id, transport="celery", queues=["*"], concurrency=1)
+            hb = executor.Heartbeater(executor_id)
+            hb.start()
+            _state.update(pid=os.getpid(), id=executor_id, hb=hb)
+        return _state["id"], _state["hb"]
+
+
+@shared_task(name=TASK_NAME, ignore_result=True)
+def run_job(job_id: Any) -> str:
+    """Claim the job named by the message, if it is still waiting and due, and run it."""
+    if isinstance(job_id, bool) or not isinstance(job_id, int):
+        log.warning("dropped message with a job id that is not an integer: %r", job_id)
+        return "dropped"
+    executor_id, hb = _process_executor()
+    leases = store.claim(executor=executor_id, job_id=job_id, limit=1)
+    if not leases:
+        log.info("dropped hint for job %s: unknown, not waiting, or not yet due", job_id)
+        return "dropped"
+    return executor.run_lease(leases[0], heartbeater=hb)
+
+
+def publish(job_id: int, queue: str) -> None:
+    """Publish a hint for ``job_id`` on ``queue`` (JSON, no ETA)."""
+    run_job.apply_async(args=[job_id], queue=queue, serializer="json")

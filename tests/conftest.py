@@ -1,0 +1,113 @@
+"""Shared fixtures: the database the suite runs on, URLs for child processes, helpers."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PYTHON = sys.executable
+
+
+def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
+    """Skip PostgreSQL-only tests on SQLite runs, with the reason said."""
+    from django.conf import settings
+
+    on_pg = settings.DATABASES["default"]["ENGINE"].endswith("postgresql")
+    skip_pg = pytest.mark.skip(reason="needs PostgreSQL: run with DATABASE_URL=postgres://...")
+    for item in items:
+        if "postgres" in item.keywords and not on_pg:
+            item.add_marker(skip_pg)
+
+
+@pytest.fixture(autouse=True)
+def _tenure_test_settings(settings: Any) -> None:
+    """Fast, broker-less defaults; tests that need more set them explicitly."""
+    settings.TENURE_TRANSPORT = "polling"
+    settings.TENURE_REAP_GRACE_SECONDS = 0.0
+    settings.TENURE_POLL_INTERVAL = 0.05
+
+
+@pytest.fixture
+def vendor() -> str:
+    from django.db import connection
+
+    return str(connection.vendor)
+
+
+def test_database_url() -> str:
+    """A DATABASE_URL that points child processes at the test database."""
+    from django.db import connection
+
+    s = connection.settings_dict
+    if connection.vendor == "sqlite":
+        return f"sqlite:///{s['NAME']}"
+    return f"postgres://{s['USER']}@{s['HOST']}:{s['PORT']}/{s['NAME']}"
+
+
+@pytest.fixture
+def child_env(transactional_db: Any) -> dict[str, str]:
+    """Environment for child processes (executors, schedulers) sharing the test database."""
+    env = dict(os.environ)
+    env.update(
+        DATABASE_URL=test_database_url(),
+        DJANGO_SETTINGS_MODULE="config.settings",
+        PYTHONPATH=str(ROOT),
+        TENURE_TRANSPORT="polling",
+        PYTHONUNBUFFERED="1",
+    )
+    env.pop("TENURE_FAILPOINTS", None)
+    return env
+
+
+@pytest.fixture
+def spawn(
+    child_env: dict[str, str], tmp_path: Path
+) -> Iterator[Callable[..., subprocess.Popen[bytes]]]:
+    """Start ``manage.py <args>`` as a child process; every child is killed at teardown."""
+    procs: list[subprocess.Popen[bytes]] = []
+
+    def start(
+        *args: str, env: dict[str, str] | None = None, log: str | None = None
+    ) -> subprocess.Popen[bytes]:
+        e = dict(child_env)
+        e.update(env or {})
+        out = open(tmp_path / (log or f"child-{len(procs)}.log"), "wb")
+        p = subprocess.Popen(
+            [PYTHON, str(ROOT / "manage.py"), *args],
+            env=e,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            cwd=ROOT,
+        )
+        procs.append(p)
+        return p
+
+    yield start
+    for p in procs:
+        if p.poll() is None:
+            try:
+                p.send_signal(18)  # SIGCONT, in case a test left it stopped
+                p.kill()
+            except ProcessLookupError:
+                pass
+            p.wait(timeout=10)
+
+
+def wait_until(pred: Callable[[], Any], timeout: float = 30.0, interval: float = 0.05) -> Any:
+    """Poll ``pred`` until it returns something truthy; fail the test after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = pred()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout}s")
+        time.sleep(interval)

@@ -1,0 +1,1 @@
+"""Job types used only by the tests (registered on import)."""
