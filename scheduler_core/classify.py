@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable, Iterable
-from typing import Union
 
 from .exceptions import Indeterminate, Permanent, Transient
 
@@ -24,7 +23,7 @@ class PayloadMismatch(TypeError):
     """The stored payload does not fit the handler's signature (permanent by default)."""
 
 
-Matcher = Union[type[BaseException], Callable[[BaseException], bool]]
+Matcher = type[BaseException] | Callable[[BaseException], bool]
 
 # Refused before anything was sent: the destination never saw the request.
 _REFUSED_BEFORE_SEND: tuple[type[BaseException], ...] = (ConnectionRefusedError,)

@@ -6,6 +6,7 @@ and RQ adapters claim the one job a message names and call :func:`run_lease`.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import queue as queue_mod
 import random
@@ -503,10 +504,8 @@ class Worker:
         self.heartbeater.stop()
         for _ in self._threads:
             self._todo.put(None)
-        try:
+        with contextlib.suppress(DatabaseError):
             store.executor_stopped(self.executor_id)
-        except DatabaseError:
-            pass
         log.info(
             "executor %s: stopped after %d claims %s",
             self.executor_id,
