@@ -161,3 +161,4 @@ RQ_QUEUES = {
 
 # --- Tenure. Every name has a default in scheduler_core.conf; override here or by env.
 TENURE_TRANSPORT = os.environ.get("TENURE_TRANSPORT", "celery")
+# Any other TENURE_<NAME> (see scheduler_core/conf.py) may be set here or in the environment.

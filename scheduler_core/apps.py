@@ -18,3 +18,9 @@ class SchedulerCoreConfig(AppConfig):
         from . import checks  # noqa: F401  (registers the checks)
 
         autodiscover_modules("jobs")
+        from importlib import import_module
+
+        from . import conf
+
+        for module in conf.get().JOB_MODULES:
+            import_module(module)

@@ -6,6 +6,7 @@ Each value may be set in Django settings as ``TENURE_<NAME>`` (for example
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -44,15 +45,41 @@ class TenureSettings:
     BACKOFF_BASE_SECONDS: float = 1.0
     BACKOFF_CAP_SECONDS: float = 3600.0
     TRACEBACK_MAX_CHARS: int = 8000
+    JOB_MODULES: tuple[str, ...] = ()
+    """Extra modules defining jobs, imported at start-up besides every app's ``jobs.py``."""
     TEST_DISABLE_FENCE: bool = False
     """Negative control for the fault verifier only: drops the fence from attempt writes."""
 
 
+def _from_env(raw: str, default: Any) -> Any:
+    """Coerce an environment string to the type of the field's default."""
+    if isinstance(default, bool):
+        return raw.strip().lower() in ("1", "true", "yes", "on")
+    if isinstance(default, int):
+        return int(raw)
+    if isinstance(default, float):
+        return float(raw)
+    if isinstance(default, tuple):
+        return tuple(p.strip() for p in raw.split(",") if p.strip())
+    return raw
+
+
 def get() -> TenureSettings:
-    """The current settings (read on every call, so tests may override them)."""
+    """The current settings (read on every call, so tests may override them).
+
+    Django settings win; a ``TENURE_<NAME>`` environment variable is used when the settings
+    module does not set that name, so child processes can be tuned without a settings file.
+    """
     values: dict[str, Any] = {}
     for f in fields(TenureSettings):
         name = f"TENURE_{f.name}"
         if hasattr(django_settings, name):
             values[f.name] = getattr(django_settings, name)
+        elif name in os.environ:
+            try:
+                values[f.name] = _from_env(os.environ[name], f.default)
+            except ValueError:
+                raise ValueError(
+                    f"environment variable {name}={os.environ[name]!r} is invalid"
+                ) from None
     return TenureSettings(**values)

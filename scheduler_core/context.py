@@ -47,10 +47,13 @@ class JobContext:
             self._lost.set()
             log.warning("job %s fence %s: attempt lost (%s)", self.job_id, self.fence, reason)
 
-    def check(self) -> None:
-        """Raise :class:`StaleAttempt` if the attempt has lost its lease (cheap, no query)."""
+    def check(self, write: str = "check") -> None:
+        """Raise :class:`StaleAttempt` if the attempt has lost its lease (cheap, no query).
+
+        ``write`` names what the caller was about to write, for the refusal's record.
+        """
         if self.lost:
-            raise StaleAttempt(self.job_id, self.fence, "check")
+            raise StaleAttempt(self.job_id, self.fence, write)
 
     def effect(self, name: str) -> EffectScope:
         """A fenced effect record: ``with ctx.effect("charge") as eff: ...``."""
@@ -82,7 +85,7 @@ class EffectScope:
         self.note = ""
 
     def __enter__(self) -> EffectScope:
-        self.ctx.check()
+        self.ctx.check("effect_intent")
         row = store.effect_intend(self.ctx.lease, self.name)
         self.done = row.state == Effect.APPLIED
         if not self.done:

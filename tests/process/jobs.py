@@ -1,0 +1,32 @@
+"""Job types for the process tests; child processes import them via TENURE_JOB_MODULES."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from scheduler_core import job
+
+
+@job(name="tests.proc.noop", lease_seconds=30, max_attempts=3)
+def noop(ctx: Any, *, n: int = 0) -> None:
+    """Nothing: for drains."""
+
+
+@job(name="tests.proc.hold_first", lease_seconds=2, max_attempts=5)
+def hold_first(ctx: Any, *, seconds: float = 30.0) -> None:
+    """Hold the first attempt for ``seconds`` then record an effect; later attempts are quick.
+
+    The effect is a fenced ledger write, so a paused first attempt that resumes after losing
+    its lease is refused before it can start it.
+    """
+    if ctx.attempt == 1:
+        time.sleep(seconds)
+    with ctx.effect("mark"):
+        pass
+
+
+@job(name="tests.proc.sleep", lease_seconds=2, max_attempts=5)
+def sleep(ctx: Any, *, seconds: float = 1.0) -> None:
+    """Sleep on every attempt."""
+    time.sleep(seconds)
