@@ -52,7 +52,9 @@ def test_lease_expiry_is_set_from_the_database_clock() -> None:
     [lease] = _claim()
     after = db_now()
     j = Job.objects.get(pk=lease.job_id)
-    assert before + dt.timedelta(seconds=29) <= j.lease_expires_at <= after + dt.timedelta(seconds=31)
+    assert (
+        before + dt.timedelta(seconds=29) <= j.lease_expires_at <= after + dt.timedelta(seconds=31)
+    )
 
 
 def test_a_claimed_job_is_not_claimed_again() -> None:
@@ -227,10 +229,16 @@ def test_unregistered_name_is_refused() -> None:
 
 @pytest.mark.parametrize(
     "kwargs, error",
-    [({"max_attempts": 0}, "max_attempts"), ({"lease_seconds": 0}, "lease_seconds"),
-     ({"lease_seconds": 10**9}, "lease_seconds"), ({"effect": "exactly_once"}, "effect")],
+    [
+        ({"max_attempts": 0}, "max_attempts"),
+        ({"lease_seconds": 0}, "lease_seconds"),
+        ({"lease_seconds": 10**9}, "lease_seconds"),
+        ({"effect": "exactly_once"}, "effect"),
+    ],
 )
-def test_nonsensical_job_options_are_refused_at_registration(kwargs: dict[str, Any], error: str) -> None:
+def test_nonsensical_job_options_are_refused_at_registration(
+    kwargs: dict[str, Any], error: str
+) -> None:
     with pytest.raises(ValueError, match=error):
         job(name="tests.claim.bad", **kwargs)(lambda ctx: None)
 

@@ -49,12 +49,13 @@ def test_sigkilled_executor_job_is_claimed_again_within_one_and_a_half_leases(sp
     j = jobs.hold_first.enqueue(seconds=30)
     a = executor(spawn)
     wait_until(lambda: Job.objects.get(pk=j.pk).state == "leased")
+    # The replacement and the reaper are up before the kill, so start-up time is not measured.
+    spawn("run_scheduler", "--interval", "0.1", env=FAST_REAPER)
+    executor(spawn)
     first = Attempt.objects.get(job_id=j.pk, fence=1)
     wait_until(lambda: Job.objects.get(pk=j.pk).heartbeat_at > first.claimed_at, timeout=10)
     a.send_signal(signal.SIGKILL)
     a.wait(timeout=10)
-    spawn("run_scheduler", "--interval", "0.1", env=FAST_REAPER)
-    executor(spawn)
     wait_until(lambda: Job.objects.get(pk=j.pk).state == "succeeded", timeout=30)
     first.refresh_from_db()
     second = Attempt.objects.get(job_id=j.pk, fence=2)
@@ -63,7 +64,7 @@ def test_sigkilled_executor_job_is_claimed_again_within_one_and_a_half_leases(sp
     # Bound by the database's clock: the last renewal of the dead owner to the new claim.
     lease = jobs.hold_first.lease_seconds
     gap = (second.claimed_at - first.heartbeat_at).total_seconds()
-    assert gap <= 1.5 * lease + 0.5, f"reclaimed {gap:.2f}s after the last heartbeat"
+    assert gap <= 1.5 * lease, f"reclaimed {gap:.2f}s after the last heartbeat"
 
 
 def test_sigstopped_owner_resumes_after_replacement_and_every_write_is_refused(
@@ -72,11 +73,11 @@ def test_sigstopped_owner_resumes_after_replacement_and_every_write_is_refused(
     j = jobs.hold_first.enqueue(seconds=3)
     a = executor(spawn)
     wait_until(lambda: Job.objects.get(pk=j.pk).state == "leased")
+    spawn("run_scheduler", "--interval", "0.1", env=FAST_REAPER)
+    executor(spawn)
     time.sleep(0.3)
     a.send_signal(signal.SIGSTOP)
     try:
-        spawn("run_scheduler", "--interval", "0.1", env=FAST_REAPER)
-        executor(spawn)
         wait_until(lambda: Job.objects.get(pk=j.pk).state == "succeeded", timeout=30)
     finally:
         a.send_signal(signal.SIGCONT)

@@ -110,4 +110,6 @@ def test_every_job_state_write_in_the_seam_names_a_transition() -> None:
                 if k.arg == "state" and node.func.attr == "update":
                     # Job writes use ``t.target`` / ``transition.target``; Effect writes use
                     # Effect state names. A bare string literal would bypass the table.
-                    assert not isinstance(k.value, ast.Constant), f"literal state at line {node.lineno}"
+                    assert not isinstance(k.value, ast.Constant), (
+                        f"literal state at line {node.lineno}"
+                    )
