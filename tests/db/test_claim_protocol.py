@@ -67,7 +67,7 @@ def test_batch_claim_takes_up_to_limit_in_priority_then_due_order() -> None:
     low = [record.enqueue(n=i).pk for i in range(3)]
     high = record.enqueue(n=9, priority=5).pk
     leases = _claim(limit=2)
-    assert [x.job_id for x in leases][0] == high or high in {x.job_id for x in leases}
+    assert leases[0].job_id == high
     assert len(leases) == 2
     assert {x.job_id for x in leases} == {high, low[0]}
 
@@ -137,8 +137,8 @@ def test_reaper_leaves_live_leases_and_moves_expired_ones() -> None:
 
 def test_reaper_fails_a_job_whose_attempts_are_spent() -> None:
     j = short.enqueue()
-    for i in range(3):
-        [lease] = _claim()
+    for _ in range(3):
+        assert len(_claim()) == 1
         Job.objects.filter(pk=j.pk).update(lease_expires_at=db_now() - dt.timedelta(seconds=1))
         maintenance.reap_once()
     j.refresh_from_db()
