@@ -1,6 +1,24 @@
 """App config for the operator dashboard."""
 
+from __future__ import annotations
+
+from typing import Any
+
 from django.apps import AppConfig
+from django.db.models.signals import post_migrate
+
+
+def _after_migrate(sender: AppConfig, **kwargs: Any) -> None:
+    """Keep the ``operate`` permission present after migrate and after a test flush.
+
+    A flush deletes every permission and Django re-creates only its default ones; this app has
+    no models, so it listens for the core app's signal instead of its own.
+    """
+    if sender.label != "scheduler_core":
+        return
+    from .permissions import ensure_operate_permission
+
+    ensure_operate_permission()
 
 
 class AdminUiConfig(AppConfig):
@@ -8,3 +26,6 @@ class AdminUiConfig(AppConfig):
 
     name = "admin_ui"
     verbose_name = "Tenure operator dashboard"
+
+    def ready(self) -> None:
+        post_migrate.connect(_after_migrate, dispatch_uid="admin_ui.operate_permission")

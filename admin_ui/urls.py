@@ -1,8 +1,17 @@
-"""Dashboard routes."""
+"""Dashboard routes. Action URLs accept POST only; their confirmation steps are GETs that
+never write."""
 
 from django.urls import path
 
 from . import views
 
 app_name = "admin_ui"
-urlpatterns = [path("", views.overview, name="overview")]
+urlpatterns = [
+    path("", views.overview, name="overview"),
+    path("jobs/", views.job_list, name="job_list"),
+    path("jobs/<int:job_id>/", views.job_detail, name="job_detail"),
+    path("jobs/<int:job_id>/<slug:key>/confirm/", views.action_confirm, name="action_confirm"),
+    path("jobs/<int:job_id>/<slug:key>/", views.job_action, name="job_action"),
+    path("bulk/<slug:action>/confirm/", views.bulk_confirm, name="bulk_confirm"),
+    path("bulk/<slug:action>/", views.bulk_action, name="bulk_action"),
+]

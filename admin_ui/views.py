@@ -1,15 +1,296 @@
-"""Dashboard views (read-only overview until the dashboard issue lands)."""
+"""Dashboard views: one per page, plus POST-only endpoints for actions.
+
+Reads go through :mod:`admin_ui.queries`; every change goes through
+:func:`scheduler_core.store.operator_action` (or its bulk form), which checks state and version
+and writes the audit row in the same transaction. An htmx request renders a named partial of
+the same template.
+"""
 
 from __future__ import annotations
 
-from django.contrib.auth.decorators import login_required
-from django.http import HttpRequest, HttpResponse
-from django.shortcuts import render
+from typing import Any
+from urllib.parse import urlencode
 
-from scheduler_core import health
+from django.contrib import messages
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
+from django.shortcuts import get_object_or_404, render
+from django.urls import reverse
+
+from scheduler_core import store
+from scheduler_core.exceptions import ActionConflict, ActionRefused
+from scheduler_core.models import Effect, Job
+
+from . import actions, queries
+from .forms import ActionForm, BulkActionForm, JobFilterForm
+from .permissions import OPERATE_PERM
+from .security import dashboard_view
 
 
-@login_required
+def _can_operate(request: HttpRequest) -> bool:
+    return bool(request.user.has_perm(OPERATE_PERM))
+
+
+def _template(request: HttpRequest, name: str, partial: str) -> str:
+    """The whole page, or only its named partial for an htmx request.
+
+    A history-restore request wants the whole page back, so it gets it.
+    """
+    htmx = getattr(request, "htmx", None)
+    if htmx and not htmx.history_restore_request:
+        return f"{name}#{partial}"
+    return name
+
+
+def _see_other(url: str) -> HttpResponse:
+    response = HttpResponseRedirect(url)
+    response.status_code = 303
+    return response
+
+
+def _problem(
+    request: HttpRequest, *, status: int, title: str, message: str, back: str
+) -> HttpResponse:
+    """An action that changed nothing: why, and where to look again."""
+    return render(
+        request,
+        "admin_ui/problem.html",
+        {"title": title, "message": message, "back": back},
+        status=status,
+    )
+
+
+CATEGORIES: list[tuple[str, str, str, str]] = [
+    ("waiting_due", "neutral", "Waiting, due", "Due now, waiting for an executor."),
+    ("waiting_scheduled", "neutral", "Scheduled", "Waiting for a future run time."),
+    ("waiting_backing_off", "warn", "Backing off", "Failed before; next attempt is later."),
+    ("running", "info", "Running", "Leased, lease valid, heartbeats fresh."),
+    ("abandoned", "warn", "Abandoned", "Leased, but lease expired or heartbeats stopped."),
+    (
+        "failing_repeatedly",
+        "warn",
+        "Failing repeatedly",
+        "Unfinished after several failed attempts.",
+    ),
+    ("stuck", "warn", "Stuck", "Due, but unclaimed for too long."),
+    ("indeterminate", "alert", "Indeterminate", "Effect may or may not have happened: needs you."),
+    ("failed", "bad", "Failed", "Permanent error or attempts exhausted."),
+    ("succeeded_recently", "good", "Succeeded recently", "Finished successfully in the last hour."),
+]
+"""Health categories in display order: key, tone, label, what it means."""
+
+
+@dashboard_view()
 def overview(request: HttpRequest) -> HttpResponse:
-    """Counts by state and health, live executors."""
-    return render(request, "admin_ui/overview.html", {"status": health.status()})
+    """Counts per health category, state, queue and job type; live executors and leases."""
+    o = queries.overview()
+    cards = [
+        {"key": k, "tone": tone, "label": label, "help": help_, "count": o["health"][k]}
+        for k, tone, label, help_ in CATEGORIES
+    ]
+    context = {"o": o, "cards": cards, "states": list(o["states"].items()), "nav": "overview"}
+    return render(request, _template(request, "admin_ui/overview.html", "live"), context)
+
+
+@dashboard_view()
+def job_list(request: HttpRequest) -> HttpResponse:
+    """Jobs filtered by state, health, queue, type or text; newest first, keyset pages."""
+    form = JobFilterForm(request.GET)
+    if not form.is_valid():
+        context = {"form": form, "invalid": True, "nav": "jobs"}
+        return render(
+            request, _template(request, "admin_ui/job_list.html", "results"), context, status=400
+        )
+    f = form.job_filter()
+    limit = form.cleaned_data["limit"]
+    pg = queries.page(f.queryset(), before=form.cleaned_data["before"], limit=limit)
+    base = reverse("admin_ui:job_list")
+    next_url = (
+        f"{base}?{urlencode({**f.params(), 'before': pg.next_before, 'limit': pg.limit})}"
+        if pg.next_before
+        else ""
+    )
+    first_url = f"{base}?{urlencode({**f.params(), 'limit': pg.limit})}"
+    bulk: list[dict[str, Any]] = []
+    if _can_operate(request) and f.active:
+        for action in ("retry", "cancel"):
+            n = queries.bulk_targets(f, action).count()
+            if n:
+                url = reverse("admin_ui:bulk_confirm", args=[action])
+                bulk.append(
+                    {
+                        "label": actions.BULK_LABELS[action],
+                        "count": n,
+                        "url": f"{url}?{urlencode(f.params())}",
+                    }
+                )
+    context = {
+        "form": form,
+        "filter": f,
+        "page": pg,
+        "next_url": next_url,
+        "first_url": first_url if form.cleaned_data["before"] else "",
+        "bulk": bulk,
+        "nav": "jobs",
+    }
+    return render(request, _template(request, "admin_ui/job_list.html", "results"), context)
+
+
+@dashboard_view()
+def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
+    """One job: payload, guarantee, attempts, effect ledger, audit trail, offered actions."""
+    job = get_object_or_404(Job, pk=job_id)
+    context = queries.job_record(job)
+    context["actions"] = actions.offered(job) if _can_operate(request) else []
+    context["nav"] = "jobs"
+    return render(request, "admin_ui/job_detail.html", context)
+
+
+def _spec(key: str) -> actions.ActionSpec:
+    spec = actions.BY_KEY.get(key)
+    if spec is None:
+        raise Http404("no such action")
+    return spec
+
+
+def _confirm_context(job: Job, spec: actions.ActionSpec, form: ActionForm) -> dict[str, Any]:
+    effects = list(Effect.objects.filter(job=job).order_by("name"))
+    return {
+        "job": job,
+        "spec": spec,
+        "form": form,
+        "statement": actions.statement(spec, job, effects),
+        "guarantee": queries.guarantee_of(job),
+        "effects": effects,
+    }
+
+
+@dashboard_view(operate=True)
+def action_confirm(request: HttpRequest, job_id: int, key: str) -> HttpResponse:
+    """The confirmation step: restates the guarantee at stake, asks for a reason. Never writes."""
+    spec = _spec(key)
+    job = get_object_or_404(Job, pk=job_id)
+    back = reverse("admin_ui:job_detail", args=[job.pk])
+    if not spec.offered_for(job):
+        return _problem(
+            request,
+            status=400,
+            title="Not available",
+            message=f"“{spec.label}” does not apply to a {job.state} {job.effect} job.",
+            back=back,
+        )
+    form = ActionForm(initial={"version": job.version})
+    context = _confirm_context(job, spec, form)
+    return render(request, _template(request, "admin_ui/confirm.html", "dialog"), context)
+
+
+@dashboard_view(methods=("POST",), operate=True)
+def job_action(request: HttpRequest, job_id: int, key: str) -> HttpResponse:
+    """Apply one action to one job through the store; 409 when the page was stale."""
+    spec = _spec(key)
+    job = get_object_or_404(Job, pk=job_id)
+    back = reverse("admin_ui:job_detail", args=[job.pk])
+    form = ActionForm(request.POST)
+    if not form.is_valid():
+        return render(
+            request, "admin_ui/confirm.html", _confirm_context(job, spec, form), status=400
+        )
+    version = form.cleaned_data["version"]
+    # Judged against the state the operator saw; a different version is the store's 409.
+    if job.version == version and not spec.offered_for(job):
+        return _problem(
+            request,
+            status=400,
+            title="Not available",
+            message=f"“{spec.label}” does not apply to a {job.state} {job.effect} job.",
+            back=back,
+        )
+    try:
+        result = store.operator_action(
+            job.pk,
+            action=spec.action,
+            expected_version=version,
+            actor=request.user.get_username(),
+            reason=form.cleaned_data["reason"],
+            verified=spec.verified,
+        )
+    except ActionConflict as e:
+        return _problem(request, status=409, title="The job changed", message=str(e), back=back)
+    except ActionRefused as e:
+        return _problem(request, status=400, title="Refused", message=str(e), back=back)
+    messages.success(
+        request,
+        f"{spec.label}: job {job.pk} {result.audit.state_before} → {result.audit.state_after}.",
+    )
+    return _see_other(back)
+
+
+def _bulk_action_name(action: str) -> str:
+    if action not in actions.BULK_LABELS:
+        raise Http404("no such bulk action")
+    return action
+
+
+@dashboard_view(operate=True)
+def bulk_confirm(request: HttpRequest, action: str) -> HttpResponse:
+    """The bulk confirmation step: how many jobs match now; the operator types that number."""
+    action = _bulk_action_name(action)
+    filter_form = JobFilterForm(request.GET)
+    back = reverse("admin_ui:job_list")
+    if not filter_form.is_valid() or not filter_form.job_filter().active:
+        return _problem(
+            request,
+            status=400,
+            title="Narrow the filter",
+            message="A bulk action needs a valid, non-empty filter.",
+            back=back,
+        )
+    f = filter_form.job_filter()
+    count = queries.bulk_targets(f, action).count()
+    context = {
+        "action": action,
+        "label": actions.BULK_LABELS[action],
+        "filter": f,
+        "count": count,
+        "statement": actions.bulk_statement(action, count),
+        "form": BulkActionForm(),
+        "back": f"{back}?{urlencode(f.params())}",
+        "max": store.BULK_MAX,
+    }
+    return render(request, _template(request, "admin_ui/bulk_confirm.html", "dialog"), context)
+
+
+@dashboard_view(methods=("POST",), operate=True)
+def bulk_action(request: HttpRequest, action: str) -> HttpResponse:
+    """Apply retry or cancel to every job the filter matches, if the count is still the one
+    the operator confirmed; all or nothing."""
+    action = _bulk_action_name(action)
+    filter_form = JobFilterForm(request.POST)
+    form = BulkActionForm(request.POST)
+    back = reverse("admin_ui:job_list")
+    if not filter_form.is_valid() or not filter_form.job_filter().active:
+        return _problem(
+            request,
+            status=400,
+            title="Narrow the filter",
+            message="A bulk action needs a valid, non-empty filter.",
+            back=back,
+        )
+    f = filter_form.job_filter()
+    back = f"{back}?{urlencode(f.params())}"
+    if not form.is_valid():
+        errors = "; ".join(f"{k}: {' '.join(str(m) for m in v)}" for k, v in form.errors.items())
+        return _problem(request, status=400, title="Incomplete", message=errors, back=back)
+    try:
+        result = store.bulk_operator_action(
+            queries.bulk_targets(f, action),
+            action=action,
+            confirmed_count=form.cleaned_data["confirmed_count"],
+            actor=request.user.get_username(),
+            reason=form.cleaned_data["reason"],
+        )
+    except ActionConflict as e:
+        return _problem(request, status=409, title="The jobs changed", message=str(e), back=back)
+    except ActionRefused as e:
+        return _problem(request, status=400, title="Refused", message=str(e), back=back)
+    messages.success(request, f"{actions.BULK_LABELS[action]}: {len(result.results)} jobs.")
+    return _see_other(back)

@@ -75,6 +75,7 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "django_htmx",
     "template_partials",
+    "django_rq",  # for `manage.py rqworker`; its dashboard is not mounted (RQ_SHOW_ADMIN_LINK)
     "scheduler_core",
     "admin_ui",
     "demo",
@@ -133,12 +134,13 @@ BROKER_DIR = VAR_DIR / "broker"
 CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "filesystem://")
 CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, Any] = {}
 if CELERY_BROKER_URL.startswith("filesystem://"):
-    for sub in ("queue", "processed"):
+    for sub in ("queue", "processed", "control"):
         (BROKER_DIR / sub).mkdir(parents=True, exist_ok=True)
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(BROKER_DIR / "queue"),
         "data_folder_out": str(BROKER_DIR / "queue"),
         "processed_folder": str(BROKER_DIR / "processed"),
+        "control_folder": str(BROKER_DIR / "control"),
         "store_processed": False,
         "polling_interval": 0.05,
     }
@@ -154,10 +156,22 @@ CELERY_TASK_REJECT_ON_WORKER_LOST = False
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 
-# --- RQ (second transport)
+# --- RQ (second transport): `manage.py rqworker default`. Only JSON crosses the broker: the
+# worker and job classes read JSON whatever serializer rqworker is given, so nothing is unpickled.
+_QUEUE_PREFIX = os.environ.get("TENURE_BROKER_QUEUE_PREFIX", "")
 RQ_QUEUES = {
-    "default": {"URL": os.environ.get("RQ_REDIS_URL", "redis://127.0.0.1:6379/0")},
+    f"{_QUEUE_PREFIX}default": {
+        "URL": os.environ.get("RQ_REDIS_URL", "redis://127.0.0.1:6379/0"),
+        "SERIALIZER": "rq.serializers.JSONSerializer",
+    },
 }
+RQ = {
+    "WORKER_CLASS": "scheduler_core.transports.rq.Worker",
+    "JOB_CLASS": "scheduler_core.transports.rq.Job",
+    "COMMIT_MODE": "auto",  # Tenure publishes hints itself, after the enqueue commits
+}
+# The RQ dashboard could requeue and delete hints outside the operator's audit trail.
+RQ_SHOW_ADMIN_LINK = False
 
 # --- Tenure. Every name has a default in scheduler_core.conf; override here or by env.
 TENURE_TRANSPORT = os.environ.get("TENURE_TRANSPORT", "celery")

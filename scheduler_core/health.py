@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db.models import Count, Q
+from django.db.models import BooleanField, Count, DateTimeField, ExpressionWrapper, F, Func, Q
 
 from . import conf
 from .dbclock import DbNow
@@ -20,27 +20,128 @@ def state_counts() -> dict[str, int]:
     return counts
 
 
-def health_counts() -> dict[str, int]:
-    """Derived categories that tell normal waiting from abandoned or failing work."""
+HEALTH_CATEGORIES: tuple[str, ...] = (
+    "waiting_due",
+    "waiting_scheduled",
+    "waiting_backing_off",
+    "stuck",
+    "running",
+    "abandoned",
+    "failing_repeatedly",
+    "indeterminate",
+    "failed",
+)
+"""The categories ``health_counts`` reports, in the order the dashboard shows them."""
+
+RECENT_SECONDS = 3600.0
+"""How far back "succeeded recently" looks."""
+
+
+class _HeartbeatDeadline(Func):
+    """Per row: the database's now minus the time a live owner may go without renewing.
+
+    A live executor renews every ``lease_seconds * HEARTBEAT_FRACTION``; missing two renewals
+    (plus a second for a slow round trip) means the owner is most likely gone, even if its
+    lease has not run out yet.
+    """
+
+    output_field = DateTimeField()
+
+    def __init__(self, fraction: float) -> None:
+        super().__init__(F("lease_seconds"))
+        self.factor = 2.0 * fraction
+
+    def as_sql(  # type: ignore[override]
+        self, compiler: Any, connection: Any, **extra: Any
+    ) -> tuple[str, tuple[Any, ...]]:
+        col, params = compiler.compile(self.source_expressions[0])
+        if connection.vendor == "postgresql":
+            return (
+                f"(clock_timestamp() - make_interval(secs => {col} * %s + 1.0))",
+                (*params, self.factor),
+            )
+        return (
+            f"strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now', '-' || ({col} * %s + 1.0) || ' seconds')",
+            (*params, self.factor),
+        )
+
+
+def health_q(category: str) -> Q:
+    """The filter that defines one health category (or ``succeeded_recently``).
+
+    One definition serves the counts and the dashboard's job list, so they cannot disagree.
+    Every time is the database's. Raises ``KeyError`` for an unknown category.
+
+    * ``waiting_due``: waiting and due now (``run_at <= now``); ``waiting_scheduled``: waiting
+      for a future first attempt; ``waiting_backing_off``: waiting for a future retry after
+      at least one spent attempt. The three partition ``waiting``.
+    * ``stuck``: due but unclaimed for longer than ``STUCK_AFTER_SECONDS`` (a part of
+      ``waiting_due``): no executor is taking the job's queue.
+    * ``running``: leased, lease unexpired and heartbeat fresh; ``abandoned``: leased with the
+      lease expired or the heartbeat stale (two renewals missed). The two partition ``leased``.
+    * ``failing_repeatedly``: unfinished with at least ``FAILING_REPEATEDLY_ATTEMPTS`` failed
+      attempts behind it (a leased job's current attempt is not counted).
+    * ``indeterminate`` and ``failed``: those states.
+    """
     s = conf.get()
     leased = Q(state=State.LEASED)
     waiting = Q(state=State.WAITING)
+    fresh = Q(heartbeat_at__gte=_HeartbeatDeadline(s.HEARTBEAT_FRACTION))
+    alive = Q(lease_expires_at__gt=DbNow()) & fresh
+    n = s.FAILING_REPEATEDLY_ATTEMPTS
+    return {
+        "waiting_due": waiting & Q(run_at__lte=DbNow()),
+        "waiting_scheduled": waiting & Q(run_at__gt=DbNow()) & Q(attempts=0),
+        "waiting_backing_off": waiting & Q(run_at__gt=DbNow()) & Q(attempts__gt=0),
+        "stuck": waiting & Q(run_at__lt=DbNow(-s.STUCK_AFTER_SECONDS)),
+        "running": leased & alive,
+        "abandoned": leased & ~alive,
+        "failing_repeatedly": (waiting & Q(attempts__gte=n)) | (leased & Q(attempts__gt=n)),
+        "indeterminate": Q(state=State.INDETERMINATE),
+        "failed": Q(state=State.FAILED),
+        "succeeded_recently": Q(state=State.SUCCEEDED, finished_at__gt=DbNow(-RECENT_SECONDS)),
+    }[category]
+
+
+def health_counts() -> dict[str, int]:
+    """Derived categories that tell normal waiting from abandoned or failing work."""
     agg = Job.objects.aggregate(
-        waiting_due=Count("id", filter=waiting & Q(run_at__lte=DbNow()) & Q(attempts=0)),
-        waiting_scheduled=Count("id", filter=waiting & Q(run_at__gt=DbNow()) & Q(attempts=0)),
-        waiting_backing_off=Count("id", filter=waiting & Q(attempts__gt=0)),
-        stuck=Count("id", filter=waiting & Q(run_at__lt=DbNow(-s.STUCK_AFTER_SECONDS))),
-        running=Count("id", filter=leased & Q(lease_expires_at__gt=DbNow())),
-        abandoned=Count("id", filter=leased & Q(lease_expires_at__lte=DbNow())),
-        failing_repeatedly=Count(
-            "id",
-            filter=Q(state__in=[State.WAITING, State.LEASED])
-            & Q(attempts__gte=s.FAILING_REPEATEDLY_ATTEMPTS),
-        ),
-        indeterminate=Count("id", filter=Q(state=State.INDETERMINATE)),
-        failed=Count("id", filter=Q(state=State.FAILED)),
+        **{name: Count("id", filter=health_q(name)) for name in HEALTH_CATEGORIES}
     )
     return {k: int(v) for k, v in agg.items()}
+
+
+def succeeded_recently() -> int:
+    """Jobs that succeeded within the last ``RECENT_SECONDS`` (by the database's clock)."""
+    return Job.objects.filter(health_q("succeeded_recently")).count()
+
+
+def state_counts_by(field: str) -> dict[str, dict[str, int]]:
+    """Jobs per state for each value of ``field`` (``queue`` or ``name``), sorted by value."""
+    if field not in ("queue", "name"):
+        raise ValueError(f"cannot group jobs by {field!r}")
+    table: dict[str, dict[str, int]] = {}
+    for row in Job.objects.values(field, "state").annotate(n=Count("id")).order_by(field):
+        table.setdefault(row[field], {s.value: 0 for s in State})[row["state"]] = row["n"]
+    return table
+
+
+def leases_by_owner(owners: list[str], *, limit: int = 20) -> dict[str, list[dict[str, Any]]]:
+    """The jobs each of ``owners`` holds a lease on (at most ``limit`` each, soonest expiry
+    first), with whether the lease has expired by the database's clock."""
+    out: dict[str, list[dict[str, Any]]] = {o: [] for o in owners}
+    rows = (
+        Job.objects.filter(state=State.LEASED, lease_owner__in=owners)
+        .annotate(
+            expired=ExpressionWrapper(Q(lease_expires_at__lte=DbNow()), output_field=BooleanField())
+        )
+        .order_by("lease_expires_at", "id")
+        .values("id", "name", "fence", "lease_owner", "lease_expires_at", "expired")
+    )
+    for r in rows:
+        if len(out[r["lease_owner"]]) < limit:
+            out[r["lease_owner"]].append(dict(r))
+    return out
 
 
 def executors() -> list[dict[str, Any]]:
@@ -77,3 +178,47 @@ def status() -> dict[str, Any]:
         "executors": {"alive": len(execs), "list": execs},
         "stale_writes_refused": stale_writes(),
     }
+
+
+# ---------------------------------------------------------------------------------------------
+# Figures for /metrics (scheduler_core.metrics reads these at scrape time)
+# ---------------------------------------------------------------------------------------------
+
+SAMPLE_LIMIT = 20_000
+"""The most attempts a scrape reads for the recent-duration and claim-latency figures."""
+
+
+def leases_reaped() -> int:
+    """Attempts ended because their lease expired (recorded by every scheduler)."""
+    from .models import Attempt
+
+    return Attempt.objects.filter(outcome="lease_expired").count()
+
+
+def recent_attempt_durations(*, limit: int = SAMPLE_LIMIT) -> list[float]:
+    """Seconds from claim to end of attempts that finished within ``RECENT_SECONDS``."""
+    from .models import Attempt
+
+    rows = (
+        Attempt.objects.filter(finished_at__gt=DbNow(-RECENT_SECONDS))
+        .order_by("-finished_at")
+        .values_list("claimed_at", "finished_at")[:limit]
+    )
+    return [max(0.0, (end - start).total_seconds()) for start, end in rows if end is not None]
+
+
+def recent_claim_latencies(*, limit: int = SAMPLE_LIMIT) -> list[float]:
+    """Seconds from due time to claim, for claims made within ``RECENT_SECONDS``.
+
+    A job's ``run_at`` is the due time of its latest claim until the job waits again, so only
+    each job's latest attempt of a job that is not waiting (or cancelled) is measured.
+    """
+    from .models import Attempt
+
+    rows = (
+        Attempt.objects.filter(claimed_at__gt=DbNow(-RECENT_SECONDS), fence=F("job__fence"))
+        .exclude(job__state__in=[State.WAITING, State.CANCELLED])
+        .order_by("-claimed_at")
+        .values_list("job__run_at", "claimed_at")[:limit]
+    )
+    return [max(0.0, (claimed - due).total_seconds()) for due, claimed in rows]

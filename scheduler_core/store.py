@@ -25,9 +25,9 @@ from typing import Any
 from django.db import IntegrityError, connections, transaction
 from django.db.models import F, Q
 
-from . import conf, outcomes, states
+from . import conf, metrics, outcomes, states
 from .dbclock import DbNow, now_sql, to_datetime
-from .exceptions import ActionConflict, ActionRefused, StaleAttempt
+from .exceptions import ActionConflict, ActionRefused, Indeterminate, StaleAttempt
 from .models import Attempt, AuditEntry, Effect, Executor, Job, StaleWrite
 from .modes import EffectMode
 from .outcomes import Decision, Kind, Situation
@@ -75,11 +75,23 @@ _CLAIM_SET = """
 """
 _RETURNING = (
     "id, fence, attempts, next_kind, name, queue, payload, lease_seconds, effect, "
-    "max_attempts, created_at"
+    "max_attempts, created_at, run_at, heartbeat_at"
 )
 
 
+_ATTEMPT_INSERT = """
+    INSERT INTO tenure_attempt (job_id, number, fence, kind, executor, claimed_at,
+        lease_expires_at, heartbeat_at, outcome, error_class, error_type, message, traceback)
+    SELECT id, attempts, fence, next_kind, lease_owner, heartbeat_at, lease_expires_at,
+        heartbeat_at, '', '', '', '', ''
+"""
+"""The Attempt row of each claimed job, read from the job as the claim left it."""
+
+
 def _claim_sql(vendor: str, *, by_id: bool, nqueues: int) -> str:
+    """The claim statement. On PostgreSQL it also inserts the Attempt rows (a data-modifying
+    ``WITH``), so a claim is one statement and one round trip, atomic on its own; each row
+    returned ends with its attempt's id."""
     now = now_sql(vendor)
     if vendor == "postgresql":
         where = "id = %s" if by_id else "queue = ANY(%s)"
@@ -91,13 +103,21 @@ def _claim_sql(vendor: str, *, by_id: bool, nqueues: int) -> str:
             LIMIT %s
             FOR UPDATE SKIP LOCKED
         )
-        UPDATE tenure_job AS j SET {
+        , claimed AS (
+            UPDATE tenure_job AS j SET {
             _CLAIM_SET.format(
                 t="j.", now=now, expiry=f"{now} + make_interval(secs => j.lease_seconds)"
             )
         }
-        FROM cand WHERE j.id = cand.id AND j.state = 'waiting'
-        RETURNING {", ".join("j." + c.strip() for c in _RETURNING.split(","))}
+            FROM cand WHERE j.id = cand.id AND j.state = 'waiting'
+            RETURNING {", ".join("j." + c.strip() for c in _RETURNING.split(","))},
+                j.lease_owner, j.lease_expires_at
+        ), attempt AS (
+            {_ATTEMPT_INSERT} FROM claimed
+            RETURNING id, job_id
+        )
+        SELECT {", ".join("claimed." + c.strip() for c in _RETURNING.split(","))}, attempt.id
+        FROM claimed JOIN attempt ON attempt.job_id = claimed.id
         """
     # SQLite: the transaction began IMMEDIATE, so it holds the write lock from its first
     # statement; the conditional UPDATE below is still the single ownership decision.
@@ -142,29 +162,28 @@ def claim(
         params = [*where, limit, executor]
     else:
         params = [executor, *where, limit]
-    with transaction.atomic(using=DB), conn.cursor() as cur:
-        cur.execute(sql, params)
-        rows = cur.fetchall()
-        if not rows:
-            return []
-        ids = [r[0] for r in rows]
-        marks = ", ".join(["%s"] * len(ids))
-        cur.execute(
-            f"""
-            INSERT INTO tenure_attempt (job_id, number, fence, kind, executor, claimed_at,
-                lease_expires_at, heartbeat_at, outcome, error_class, error_type, message,
-                traceback)
-            SELECT id, attempts, fence, next_kind, lease_owner, heartbeat_at, lease_expires_at,
-                heartbeat_at, '', '', '', '', ''
-            FROM tenure_job WHERE id IN ({marks})
-            RETURNING id, job_id
-            """,
-            ids,
-        )
-        attempt_ids = {job: att for att, job in cur.fetchall()}
+    if vendor == "postgresql":
+        with conn.cursor() as cur:
+            cur.execute(sql, params)
+            rows = cur.fetchall()
+        attempt_ids = {r[0]: r[-1] for r in rows}
+    else:
+        with transaction.atomic(using=DB), conn.cursor() as cur:
+            cur.execute(sql, params)
+            rows = cur.fetchall()
+            if not rows:
+                return []
+            marks = ", ".join(["%s"] * len(rows))
+            cur.execute(
+                f"{_ATTEMPT_INSERT} FROM tenure_job WHERE id IN ({marks}) RETURNING id, job_id",
+                [r[0] for r in rows],
+            )
+            attempt_ids = {job: att for att, job in cur.fetchall()}
     leases = []
     for r in rows:
         payload = json.loads(r[6]) if isinstance(r[6], str | bytes) else r[6]
+        # Claim latency: due time to claim, both by the database's clock.
+        metrics.claim_latency((to_datetime(r[12]) - to_datetime(r[11])).total_seconds())
         leases.append(
             Lease(
                 job_id=r[0],
@@ -268,6 +287,8 @@ def finish(
         fields["last_error"] = f"{failure.error_type}: {failure.message}"[:2000]
     if t.target == states.State.WAITING:
         fields["run_at"] = DbNow(decision.delay)
+        # The dispatcher sends a fresh hint once the job is due again.
+        fields["hinted_at"] = None
         fields["next_kind"] = decision.next_kind.value
         if not decision.spend_attempt:
             fields["attempts"] = F("attempts") - 1
@@ -278,14 +299,19 @@ def finish(
     guard = _mine(lease, t)
     if expired_for is not None:
         guard = guard.filter(lease_expires_at__lt=DbNow(-expired_for))
-    with transaction.atomic(using=DB):
-        if guard.update(**fields) != 1:
-            raise StaleAttempt(lease.job_id, lease.fence, t.name)
-        _close_attempt(lease.attempt_id, outcome, failure)
-        if decision.duplicate_possible:
-            _mark_unsettled(lease.job_id, duplicate_possible=True)
-        elif t.target == states.State.INDETERMINATE:
-            _mark_unsettled(lease.job_id, duplicate_possible=False)
+    # No savepoint (two round trips per attempt): a refusal writes nothing and is raised after
+    # the block, so an enclosing transaction (the reaper's loop) goes on; a database error
+    # inside ends the enclosing transaction, as it does on PostgreSQL in any case.
+    with transaction.atomic(using=DB, savepoint=False):
+        mine = guard.update(**fields) == 1
+        if mine:
+            _close_attempt(lease.attempt_id, outcome, failure)
+            if t.target != states.State.SUCCEEDED:
+                # Whatever this attempt intended and did not settle may or may not have
+                # happened: say so in the ledger, whatever the job's next state.
+                _mark_unsettled(lease.job_id, duplicate_possible=decision.duplicate_possible)
+    if not mine:
+        raise StaleAttempt(lease.job_id, lease.fence, t.name)
 
 
 def complete(lease: Lease) -> None:
@@ -343,14 +369,48 @@ def effect_key(job_id: int, name: str) -> str:
     return f"tenure-{job_id}-{name}"
 
 
+def _in_job_transaction(lease: Lease) -> bool:
+    """Whether this is a transactional job's attempt, running inside its own transaction."""
+    return lease.effect == EffectMode.TRANSACTIONAL and connections[DB].in_atomic_block
+
+
+def _with_note(old: str, new: str) -> str:
+    """The ledger's note keeps its history: each cause is appended, the newest kept whole."""
+    return (f"{old}; {new}" if old else new)[-2000:]
+
+
 def effect_intend(lease: Lease, name: str) -> Effect:
     """Record the intent to perform effect ``name`` before the external call (fenced).
 
     Refused (:class:`StaleAttempt`) when the attempt no longer owns the job or its lease has
     expired by the database's clock, so a paused attempt cannot start a new effect. Returns the
     ledger row; a row already ``applied`` is returned unchanged for the caller to skip.
+
+    An earlier intent whose outcome is not known (``intended`` or ``unknown``) is followed
+    according to the job's mode: ``idempotent`` starts again under the same key;
+    ``at_least_once`` starts again and the row records that a duplicate is possible and why;
+    ``reconcilable`` and ``at_most_once`` refuse with
+    :class:`~scheduler_core.exceptions.Indeterminate`, so only a reconcile attempt or an
+    operator who checked the destination can unblock the effect.
+
+    A transactional job inside its transaction writes nothing here: its effect is a write in
+    that same transaction, recorded ``applied`` by :func:`effect_settle` and committed with the
+    completion or not at all. The ownership check then reads without locking, so an attempt
+    paused mid-transaction holds no lock its replacement needs.
     """
     key = effect_key(lease.job_id, name)
+    if _in_job_transaction(lease):
+        if not _mine(lease).filter(lease_expires_at__gt=DbNow()).exists():
+            raise StaleAttempt(lease.job_id, lease.fence, "effect_intent")
+        existing = Effect.objects.using(DB).filter(key=key).first()
+        return existing or Effect(
+            key=key,
+            job_id=lease.job_id,
+            name=name,
+            state=Effect.INTENDED,
+            attempt_id=lease.attempt_id,
+            fence=lease.fence,
+        )
     with transaction.atomic(using=DB):
         assert_current(lease, "effect_intent")
         row = Effect.objects.using(DB).filter(key=key).first()
@@ -367,16 +427,35 @@ def effect_intend(lease: Lease, name: str) -> Effect:
             )
         if row.state == Effect.APPLIED:
             return row
-        dup = row.duplicate_possible or (
-            row.state in (Effect.INTENDED, Effect.UNKNOWN)
-            and lease.effect == EffectMode.AT_LEAST_ONCE
-        )
+        mode = EffectMode(lease.effect)
+        unsettled = row.state in (Effect.INTENDED, Effect.UNKNOWN)
+        note = row.note
+        if unsettled:
+            if mode in (EffectMode.AT_MOST_ONCE, EffectMode.RECONCILABLE):
+                raise Indeterminate(
+                    f"effect {key} was left {row.state} by fence {row.fence}; a {mode.value} "
+                    "job does not start it again until it is settled"
+                )
+            if mode == EffectMode.AT_LEAST_ONCE:
+                note = _with_note(
+                    note,
+                    f"duplicate possible: attempt {lease.attempt} (fence {lease.fence}) starts "
+                    f"the effect again after fence {row.fence} left it {row.state}",
+                )
+            else:
+                note = _with_note(
+                    note,
+                    f"attempt {lease.attempt} (fence {lease.fence}) retries under the same key "
+                    f"after fence {row.fence} left it {row.state}",
+                )
         Effect.objects.using(DB).filter(pk=row.pk).update(
             state=Effect.INTENDED,
             attempt_id=lease.attempt_id,
             fence=lease.fence,
             intents=F("intents") + 1,
-            duplicate_possible=dup,
+            duplicate_possible=row.duplicate_possible
+            or (unsettled and mode == EffectMode.AT_LEAST_ONCE),
+            note=note,
             updated_at=DbNow(),
         )
         row.refresh_from_db()
@@ -384,24 +463,57 @@ def effect_intend(lease: Lease, name: str) -> Effect:
 
 
 def effect_settle(
-    lease: Lease, key: str, state: str, *, destination_ref: str = "", note: str = ""
+    lease: Lease,
+    key: str,
+    state: str,
+    *,
+    destination_ref: str = "",
+    note: str = "",
+    name: str = "",
 ) -> None:
-    """Record an effect's outcome (``applied``, ``not_applied`` or ``unknown``), fenced."""
+    """Record an effect's outcome (``applied``, ``not_applied`` or ``unknown``), fenced.
+
+    Inside a transactional job's transaction only ``applied`` is written (the row is created
+    then), since any other outcome rolls the whole transaction back.
+    """
+    if _in_job_transaction(lease):
+        if state != Effect.APPLIED:
+            return
+        fields: dict[str, Any] = {
+            "state": Effect.APPLIED,
+            "attempt_id": lease.attempt_id,
+            "fence": lease.fence,
+            "destination_ref": destination_ref[:300],
+            "note": note[:2000],
+            "updated_at": DbNow(),
+        }
+        if not Effect.objects.using(DB).filter(key=key).update(**fields):
+            # A concurrent stale attempt's row would make this insert fail: its transaction
+            # rolls back whole, as it must.
+            Effect.objects.using(DB).create(
+                key=key,
+                job_id=lease.job_id,
+                name=name or key.removeprefix(f"tenure-{lease.job_id}-"),
+                created_at=DbNow(),
+                **fields,
+            )
+        return
     with transaction.atomic(using=DB):
         assert_current(lease, "effect_outcome", lease_valid=False)
-        fields: dict[str, Any] = {"state": state, "updated_at": DbNow()}
-        if destination_ref:
-            fields["destination_ref"] = destination_ref[:300]
-        if note:
-            fields["note"] = note[:2000]
-        n = (
+        row = (
             Effect.objects.using(DB)
             .filter(key=key, fence=lease.fence)
             .exclude(state=Effect.APPLIED)
-            .update(**fields)
+            .first()
         )
-        if n != 1:
+        if row is None:
             raise StaleAttempt(lease.job_id, lease.fence, "effect_outcome")
+        fields = {"state": state, "updated_at": DbNow()}
+        if destination_ref:
+            fields["destination_ref"] = destination_ref[:300]
+        if note:
+            fields["note"] = _with_note(row.note, note)
+        Effect.objects.using(DB).filter(pk=row.pk, fence=lease.fence).update(**fields)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -418,7 +530,17 @@ def _situation(
         max_attempts=job.max_attempts,
         age_seconds=(now - job.created_at).total_seconds(),
         has_reconcile=has_reconcile,
+        kind=job.next_kind,
+        fallback_shares_key=_fallback_shares_key(job.name),
     )
+
+
+def _fallback_shares_key(name: str) -> bool:
+    """Whether the job type's fallback (if any) accepts the primary's effect key."""
+    from . import registry
+
+    jt = registry.get(name)
+    return jt is None or jt.fallback_shares_key
 
 
 def _type_policy(name: str) -> tuple[RetryPolicy, bool]:
@@ -521,13 +643,23 @@ def release(lease: Lease, *, why: str = "executor shutting down") -> None:
         max_attempts=lease.max_attempts,
         age_seconds=(job_now - lease.created_at).total_seconds(),
         has_reconcile=has_reconcile,
+        kind=lease.kind,
+        fallback_shares_key=_fallback_shares_key(lease.name),
     )
     if unsettled:
+        # A live executor gives the attempt up: a request it sent may still be in flight.
         decision = outcomes.after_abandon(
-            situation, unsettled_effect=True, policy=policy, rng=random.Random(), why=why
+            situation,
+            unsettled_effect=True,
+            policy=policy,
+            rng=random.Random(),
+            why=why,
+            in_flight_grace=conf.get().REAP_GRACE_SECONDS,
         )
     else:
-        decision = Decision(transition=states.RELEASE, reason=why, spend_attempt=False)
+        decision = Decision(
+            transition=states.RELEASE, reason=why, spend_attempt=False, next_kind=Kind(lease.kind)
+        )
     finish(lease, decision, outcome="released")
 
 
@@ -537,7 +669,8 @@ def release(lease: Lease, *, why: str = "executor shutting down") -> None:
 
 
 def take_due_hints(*, limit: int = 500) -> list[tuple[int, str]]:
-    """Pick due waiting jobs whose last hint is missing or old, and mark them hinted now.
+    """Pick due waiting jobs whose last hint is missing, old, or older than the job's current
+    ``run_at`` (sent for an earlier due time, e.g. before a retry), and mark them hinted now.
 
     Returns ``(job_id, queue)`` pairs to publish. Two dispatchers may both pick a job; the
     second hint is absorbed by the claim.
@@ -547,7 +680,11 @@ def take_due_hints(*, limit: int = 500) -> list[tuple[int, str]]:
         qs = (
             Job.objects.using(DB)
             .filter(state=states.State.WAITING, run_at__lte=DbNow())
-            .filter(Q(hinted_at__isnull=True) | Q(hinted_at__lt=DbNow(-resend)))
+            .filter(
+                Q(hinted_at__isnull=True)
+                | Q(hinted_at__lt=DbNow(-resend))
+                | Q(hinted_at__lt=F("run_at"))
+            )
             .order_by("-priority", "run_at", "id")
         )
         if connections[DB].vendor == "postgresql":
@@ -640,7 +777,17 @@ def operator_action(
         job = Job.objects.using(DB).filter(pk=job_id).first()
         if job is None:
             raise ActionRefused(f"job {job_id} does not exist")
+        # A stale page is a conflict whatever the job became since (leased, succeeded...):
+        # judge the action only against the state the operator actually saw.
+        if job.version != expected_version:
+            raise ActionConflict(
+                f"job {job_id} changed since version {expected_version}; reload and decide again"
+            )
+        if verified and verified not in VERIFIED_FACTS:
+            raise ActionRefused(f"unknown verified fact {verified!r}")
         t, fields, effect_state = _operator_plan(job, action, verified)
+        if not t.applies_to(job.state):
+            raise ActionRefused(f"{action} does not apply to a {job.state} job")
         fields.update(updated_at=DbNow(), version=F("version") + 1)
         n = (
             Job.objects.using(DB)
@@ -684,7 +831,9 @@ def _operator_plan(
         return states.OP_CANCEL, {"finished_at": DbNow(), "reason": "cancelled by operator"}, ""
     if action == "retry":
         effect_state = ""
-        if state == states.State.INDETERMINATE:
+        # A failed job whose effect outcome is unknown needs the same stated fact as an
+        # indeterminate one: a retry may otherwise repeat an effect that happened.
+        if state == states.State.INDETERMINATE or has_unsettled_effect(job.pk):
             if verified == "not_applied":
                 effect_state = Effect.NOT_APPLIED
             elif verified == "same_key":
@@ -705,6 +854,7 @@ def _operator_plan(
             states.OP_RETRY,
             {
                 "run_at": DbNow(),
+                "hinted_at": None,
                 "finished_at": None,
                 "next_kind": Kind.RUN.value,
                 "max_attempts": F("attempts") + budget,
@@ -713,12 +863,12 @@ def _operator_plan(
             effect_state,
         )
     if action == "resolve":
-        if state == states.State.INDETERMINATE and verified != "applied":
+        if verified != "applied":
             raise ActionRefused("resolving as succeeded needs verified=applied")
         return (
             states.OP_RESOLVE,
             {"finished_at": DbNow(), "reason": "resolved by operator: effect applied"},
-            Effect.APPLIED if state == states.State.INDETERMINATE else "",
+            Effect.APPLIED,
         )
     if action == "give_up":
         return (
@@ -727,6 +877,52 @@ def _operator_plan(
             "",
         )
     raise ActionRefused(f"unknown action {action!r}")
+
+
+BULK_ACTIONS = frozenset({"retry", "cancel"})
+BULK_MAX = 1000
+"""The most jobs one bulk action may change; a larger filter must be narrowed first."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class BulkResult:
+    """What a bulk operator action changed: one audited action per job."""
+
+    action: str
+    results: list[ActionResult]
+
+
+def bulk_operator_action(
+    jobs: Any, *, action: str, confirmed_count: int, actor: str, reason: str
+) -> BulkResult:
+    """Apply ``retry`` or ``cancel`` to every job ``jobs`` (a Job queryset) matches.
+
+    All or nothing, in one transaction: the operator confirmed ``confirmed_count`` jobs, and a
+    filter that now matches a different number raises :class:`ActionConflict`, as does any job
+    that changes between listing and writing. Each job goes through :func:`operator_action`
+    (state guard, version check, its own audit row). An indeterminate job is never retried in
+    bulk: it needs the fact its own operator verified, so it is refused.
+    """
+    if action not in BULK_ACTIONS:
+        raise ActionRefused(f"bulk action must be one of {sorted(BULK_ACTIONS)}")
+    if not (reason or "").strip():
+        raise ActionRefused("a reason is required")
+    with transaction.atomic(using=DB):
+        matched = list(jobs.using(DB).order_by("id").values_list("id", "version")[: BULK_MAX + 1])
+        if len(matched) > BULK_MAX:
+            raise ActionRefused(f"a bulk action changes at most {BULK_MAX} jobs; narrow the filter")
+        if len(matched) != confirmed_count:
+            raise ActionConflict(
+                f"the filter now matches {len(matched)} jobs, not the {confirmed_count} "
+                "confirmed; reload and decide again"
+            )
+        if not matched:
+            raise ActionRefused("the filter matches no jobs")
+        results = [
+            operator_action(job_id, action=action, expected_version=v, actor=actor, reason=reason)
+            for job_id, v in matched
+        ]
+    return BulkResult(action=action, results=results)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -795,6 +991,75 @@ def insert_job(
             job_id = job.pk
             transaction.on_commit(lambda: transports.publish(job_id, queue), using=DB)
     return job
+
+
+def insert_jobs(
+    *,
+    name: str,
+    queue: str,
+    payloads: Sequence[dict[str, Any]],
+    priority: int,
+    run_at: datetime | None,
+    max_attempts: int,
+    lease_seconds: int,
+    effect: str,
+) -> list[int]:
+    """Insert many waiting jobs of one type in one statement, in the caller's transaction, and
+    return their ids (in payload order).
+
+    No unique keys: a job that must be accepted once goes through :func:`insert_job`. Due jobs
+    send one ``NOTIFY`` for the whole batch and, on a broker transport, one hint per job after
+    commit (a lost hint is re-sent by the dispatcher, as for a single job).
+    """
+    from django.utils import timezone
+
+    from . import transports
+
+    if not payloads:
+        return []
+    conn = connections[DB]
+    now = now_sql(conn.vendor)
+    due_now = run_at is None or run_at <= timezone.now()
+    hint = due_now and transports.uses_broker()
+    run_at_param = conn.ops.adapt_datetimefield_value(run_at) if run_at is not None else None
+    if conn.vendor == "postgresql":
+        rows = "jsonb_array_elements(%s::jsonb) WITH ORDINALITY AS p(payload, n)"
+        payload, order, run_at_sql = "p.payload", "p.n", "%s::timestamptz"
+    else:
+        rows = "json_each(%s) AS p"
+        payload, order, run_at_sql = "json(p.value)", "p.key", "%s"
+    sql = f"""
+        INSERT INTO tenure_job (name, queue, payload, priority, run_at, state, fence,
+            lease_owner, attempts, max_attempts, lease_seconds, effect, next_kind, version,
+            created_at, updated_at, hinted_at, last_error, reason)
+        SELECT %s, %s, {payload}, %s, COALESCE({run_at_sql}, {now}), 'waiting', 0, '', 0,
+            %s, %s, %s, 'run', 1, {now}, {now}, {now if hint else "NULL"}, '', ''
+        FROM {rows} ORDER BY {order}
+        RETURNING id
+    """
+    params = [
+        name,
+        queue,
+        priority,
+        run_at_param,
+        max_attempts,
+        lease_seconds,
+        effect,
+        json.dumps(list(payloads), ensure_ascii=False, allow_nan=False),
+    ]
+    with transaction.atomic(using=DB), conn.cursor() as cur:
+        cur.execute(sql, params)
+        ids = sorted(r[0] for r in cur.fetchall())
+        if due_now:
+            _notify(queue)
+        if hint:
+
+            def publish_all() -> None:
+                for job_id in ids:
+                    transports.publish(job_id, queue)
+
+            transaction.on_commit(publish_all, using=DB)
+    return ids
 
 
 WAKEUP_CHANNEL = "tenure_wakeup"

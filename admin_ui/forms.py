@@ -1,0 +1,68 @@
+"""Validated input: job-list filters and the fields every action must carry."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+
+from scheduler_core.states import State
+
+from .queries import HEALTH_FILTERS, PAGE_SIZE_DEFAULT, PAGE_SIZE_MAX, JobFilter
+
+BIGINT_MAX = 2**63 - 1
+
+
+def _choices(values: Any) -> list[tuple[str, str]]:
+    return [("", "any")] + [(v, v.replace("_", " ")) for v in values]
+
+
+class JobFilterForm(forms.Form):
+    """Job-list query parameters. Out-of-range page sizes are clamped, malformed ones refused."""
+
+    state = forms.ChoiceField(choices=_choices(s.value for s in State), required=False)
+    health = forms.ChoiceField(choices=_choices(HEALTH_FILTERS), required=False)
+    queue = forms.CharField(max_length=100, required=False)
+    name = forms.CharField(max_length=200, required=False, label="Job type")
+    q = forms.CharField(max_length=300, required=False, label="Id or unique key")
+    before = forms.IntegerField(min_value=1, max_value=BIGINT_MAX, required=False)
+    limit = forms.IntegerField(required=False)
+
+    def clean_limit(self) -> int:
+        value = self.cleaned_data.get("limit")
+        if value is None:
+            return PAGE_SIZE_DEFAULT
+        return max(1, min(int(value), PAGE_SIZE_MAX))
+
+    def job_filter(self) -> JobFilter:
+        """The filter part of the cleaned data (call after ``is_valid``)."""
+        d = self.cleaned_data
+        return JobFilter(
+            state=d["state"], health=d["health"], queue=d["queue"], name=d["name"], q=d["q"]
+        )
+
+
+class ActionForm(forms.Form):
+    """What every action on one job carries: the version seen, a reason, a confirmation."""
+
+    version = forms.IntegerField(min_value=0, max_value=2**31 - 1, widget=forms.HiddenInput)
+    reason = forms.CharField(max_length=2000, widget=forms.Textarea(attrs={"rows": 3}))
+    confirm = forms.BooleanField(
+        required=True,
+        error_messages={"required": "Tick the box to confirm what this action does."},
+    )
+
+    def clean_reason(self) -> str:
+        reason = str(self.cleaned_data["reason"]).strip()
+        if not reason:
+            raise forms.ValidationError("Say why.")
+        return reason
+
+
+class BulkActionForm(ActionForm):
+    """A bulk action: the count confirmed replaces the single version."""
+
+    version = None  # type: ignore[assignment]
+    confirmed_count = forms.IntegerField(
+        min_value=0, max_value=BIGINT_MAX, label="Type the number of jobs to confirm"
+    )

@@ -1,0 +1,151 @@
+"""Dashboard-only reads: the filtered, keyset-paginated job list and one job's record.
+
+Counts and categories come from :mod:`scheduler_core.health`, so the list and the overview
+share one definition of each category. Nothing here writes.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from django.db.models import Q, QuerySet
+
+from scheduler_core import health, registry
+from scheduler_core.models import Attempt, AuditEntry, Effect, Job
+from scheduler_core.modes import GUARANTEES, EffectMode, Guarantee
+from scheduler_core.states import State
+
+PAGE_SIZE_DEFAULT = 50
+PAGE_SIZE_MAX = 200
+ATTEMPTS_SHOWN = 100
+AUDIT_SHOWN = 200
+HEALTH_FILTERS: tuple[str, ...] = (*health.HEALTH_CATEGORIES, "succeeded_recently")
+"""Every health category the list can filter by."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobFilter:
+    """A validated job-list filter; empty strings mean "any"."""
+
+    state: str = ""
+    health: str = ""
+    queue: str = ""
+    name: str = ""
+    q: str = ""
+
+    def queryset(self) -> QuerySet[Job]:
+        """The jobs this filter matches (unordered)."""
+        qs = Job.objects.all()
+        if self.state:
+            qs = qs.filter(state=self.state)
+        if self.health:
+            qs = qs.filter(health.health_q(self.health))
+        if self.queue:
+            qs = qs.filter(queue=self.queue)
+        if self.name:
+            qs = qs.filter(name=self.name)
+        if self.q:
+            text = Q(unique_key__icontains=self.q)
+            # An id fits a signed 64-bit column only up to 18 digits; longer text is a key.
+            if self.q.isdigit() and len(self.q) <= 18:
+                text |= Q(pk=int(self.q))
+            qs = qs.filter(text)
+        return qs
+
+    def params(self) -> dict[str, str]:
+        """The non-empty fields, for links that keep the filter."""
+        return {k: v for k, v in vars(self).items() if v}
+
+    @property
+    def active(self) -> bool:
+        """Whether any field narrows the list."""
+        return bool(self.params())
+
+
+@dataclass(frozen=True, kw_only=True)
+class Page:
+    """One page of jobs, newest id first, and the cursor of the next page."""
+
+    jobs: list[Job]
+    next_before: int | None
+    limit: int
+
+
+def page(jobs: QuerySet[Job], *, before: int | None, limit: int) -> Page:
+    """Keyset pagination by id, descending: stable under inserts, no OFFSET scans."""
+    limit = max(1, min(limit, PAGE_SIZE_MAX))
+    if before is not None:
+        jobs = jobs.filter(pk__lt=before)
+    rows = list(jobs.order_by("-id")[: limit + 1])
+    more = len(rows) > limit
+    rows = rows[:limit]
+    return Page(jobs=rows, next_before=rows[-1].pk if more else None, limit=limit)
+
+
+def bulk_targets(f: JobFilter, action: str) -> QuerySet[Job]:
+    """The jobs a bulk ``action`` over filter ``f`` would change.
+
+    Bulk retry covers failed jobs only: an indeterminate job needs the fact its operator
+    verified, one job at a time. Bulk cancel covers every state cancel may leave.
+    """
+    if action == "retry":
+        states = [State.FAILED]
+    elif action == "cancel":
+        states = [State.WAITING, State.FAILED, State.INDETERMINATE]
+    else:
+        raise ValueError(f"no bulk action {action!r}")
+    return f.queryset().filter(state__in=states)
+
+
+def _rows(table: dict[str, dict[str, int]]) -> list[dict[str, Any]]:
+    order = [st.value for st in State]
+    return [{"key": k, "counts": [v[st] for st in order]} for k, v in table.items()]
+
+
+def overview() -> dict[str, Any]:
+    """Everything the overview shows, read in one place."""
+    status = health.status()
+    execs = status["executors"]["list"]
+    leases = health.leases_by_owner([e["id"] for e in execs])
+    for e in execs:
+        e["leases"] = leases.get(e["id"], [])
+    by_type = _rows(health.state_counts_by("name"))
+    for row in by_type:
+        jt = registry.get(row["key"])
+        row["effect"] = jt.effect.value if jt else ""
+    return {
+        "states": status["states"],
+        "health": {**status["health"], "succeeded_recently": health.succeeded_recently()},
+        "by_queue": _rows(health.state_counts_by("queue")),
+        "by_type": by_type,
+        "executors": execs,
+        "stale_writes": status["stale_writes_refused"],
+        "state_names": [st.value for st in State],
+    }
+
+
+def guarantee_of(job: Job) -> Guarantee | None:
+    """The guarantee the job's effect mode gives (None for a mode this build does not know)."""
+    try:
+        return GUARANTEES[EffectMode(job.effect)]
+    except ValueError:
+        return None
+
+
+def job_record(job: Job) -> dict[str, Any]:
+    """A job's full record: payload, guarantee, attempts, effect ledger and audit trail."""
+    attempts = list(Attempt.objects.filter(job=job).order_by("-fence")[:ATTEMPTS_SHOWN])
+    effects = list(Effect.objects.filter(job=job).order_by("name"))
+    audit = list(AuditEntry.objects.filter(job=job).order_by("-created_at", "-id")[:AUDIT_SHOWN])
+    return {
+        "job": job,
+        "payload_json": json.dumps(job.payload, indent=2, sort_keys=True, ensure_ascii=False),
+        "guarantee": guarantee_of(job),
+        "attempts": attempts,
+        "attempts_total": Attempt.objects.filter(job=job).count(),
+        "effects": effects,
+        "unsettled": [e for e in effects if e.state in (Effect.INTENDED, Effect.UNKNOWN)],
+        "audit": audit,
+    }
