@@ -5,6 +5,10 @@ from __future__ import annotations
 import time
 
 from scheduler_core import Transient, job
+from scheduler_core.context import JobContext
+
+from . import clients
+from .models import LedgerEntry
 
 
 @job(name="demo.noop", effect="at_least_once", max_attempts=3, lease_seconds=30)
@@ -31,3 +35,198 @@ def flaky(ctx: object, *, fail_times: int = 2) -> None:
     attempt = getattr(ctx, "attempt", 1)
     if attempt <= fail_times:
         raise Transient(f"attempt {attempt} of {fail_times} planned failures")
+
+
+# --- The effect protocol, one job per mode, each against a demo destination (demo/provider.py,
+# demo/smtp_sink.py, demo.models.LedgerEntry). ``slow_reply_attempts`` makes the destination
+# apply the first attempts' requests and answer only after the caller's timeout, for tests.
+
+
+def _slow_reply(ctx: JobContext, timeout: float, attempts: int) -> float:
+    return timeout + 1.0 if ctx.attempt <= attempts else 0.0
+
+
+@job(
+    name="demo.charge",
+    effect="idempotent",
+    max_attempts=8,
+    lease_seconds=3,
+    backoff_base=0.2,
+    backoff_cap=2.0,
+    # Keys live a day at the provider: retrying must stop well before that.
+    max_age=3600,
+)
+def charge(
+    ctx: JobContext,
+    *,
+    invoice_id: int,
+    cents: int,
+    timeout: float = 5.0,
+    slow_reply_attempts: int = 0,
+) -> None:
+    """Charge an invoice at the provider under the effect key and the attempt's fence."""
+    with ctx.effect("charge") as eff:
+        if eff.done:
+            return
+        reply = clients.charge(
+            ctx,
+            key=eff.key,
+            fence=eff.fence,
+            body={"invoice_id": invoice_id, "cents": cents},
+            timeout=timeout,
+            slow_reply=_slow_reply(ctx, timeout, slow_reply_attempts),
+        )
+        eff.applied(destination_ref=str(reply.get("charge_id", "")))
+
+
+def _transfer_lookup(ctx: JobContext, **payload: object) -> str:
+    """Reconcile: ask the provider whether the transfer with this job's key was applied."""
+    timeout = payload.get("timeout", 5.0)
+    reply = clients.lookup(
+        ctx,
+        key=ctx.effect_key("transfer"),
+        fence=ctx.fence,
+        timeout=float(timeout) if isinstance(timeout, int | float) else 5.0,
+    )
+    status = reply.get("status")
+    return status if status in ("applied", "not_applied") else "unknown"
+
+
+@job(
+    name="demo.charge_reconcilable",
+    effect="reconcilable",
+    reconcile=_transfer_lookup,
+    max_attempts=8,
+    lease_seconds=3,
+    backoff_base=0.2,
+    backoff_cap=2.0,
+)
+def charge_reconcilable(
+    ctx: JobContext,
+    *,
+    invoice_id: int,
+    cents: int,
+    timeout: float = 5.0,
+    slow_reply_attempts: int = 0,
+) -> None:
+    """Transfer at the provider's non-deduplicating endpoint; reconciled by lookup."""
+    with ctx.effect("transfer") as eff:
+        if eff.done:
+            return
+        reply = clients.transfer(
+            ctx,
+            key=eff.key,
+            fence=eff.fence,
+            body={"invoice_id": invoice_id, "cents": cents},
+            timeout=timeout,
+            slow_reply=_slow_reply(ctx, timeout, slow_reply_attempts),
+        )
+        eff.applied(destination_ref=str(reply.get("charge_id", "")))
+
+
+def _send(
+    ctx: JobContext, to: str, subject: str, text: str, timeout: float, slow_reply_attempts: int
+) -> None:
+    with ctx.effect("email") as eff:
+        if eff.done:
+            return
+        message_id = clients.send_mail(
+            key=eff.key,
+            to=to,
+            subject=subject,
+            text=text,
+            timeout=timeout,
+            slow_reply=_slow_reply(ctx, timeout, slow_reply_attempts),
+        )
+        eff.applied(destination_ref=message_id)
+
+
+@job(
+    name="demo.email",
+    effect="at_least_once",
+    max_attempts=8,
+    lease_seconds=3,
+    backoff_base=0.2,
+    backoff_cap=2.0,
+)
+def email(
+    ctx: JobContext,
+    *,
+    to: str,
+    subject: str = "Your invoice",
+    text: str = "Thank you.",
+    timeout: float = 5.0,
+    slow_reply_attempts: int = 0,
+) -> None:
+    """Send one email through the SMTP sink; repeats possible, each recorded in the ledger."""
+    _send(ctx, to, subject, text, timeout, slow_reply_attempts)
+
+
+@job(
+    name="demo.email_at_most_once",
+    effect="at_most_once",
+    max_attempts=8,
+    lease_seconds=3,
+    backoff_base=0.2,
+    backoff_cap=2.0,
+)
+def email_at_most_once(
+    ctx: JobContext,
+    *,
+    to: str,
+    subject: str = "Your invoice",
+    text: str = "Thank you.",
+    timeout: float = 5.0,
+    slow_reply_attempts: int = 0,
+) -> None:
+    """Send one email at most once; an unknown outcome is parked for an operator."""
+    _send(ctx, to, subject, text, timeout, slow_reply_attempts)
+
+
+@job(
+    name="demo.ledger_credit",
+    effect="transactional",
+    max_attempts=8,
+    lease_seconds=3,
+    backoff_base=0.2,
+    backoff_cap=2.0,
+)
+def ledger_credit(ctx: JobContext, *, account: str, cents: int) -> None:
+    """Credit an account in the job database; commits with the job's completion or not at all."""
+    with ctx.effect("credit") as eff:
+        if eff.done:
+            return
+        entry = LedgerEntry.objects.create(
+            account=account, cents=cents, effect_key=eff.key, job_id=ctx.job_id, fence=ctx.fence
+        )
+        eff.applied(destination_ref=f"ledger:{entry.pk}")
+
+
+@job(name="demo.poison", effect="at_least_once", max_attempts=3, backoff_base=0.1, backoff_cap=0.5)
+def poison(ctx: JobContext, *, note: str = "") -> None:
+    """Fail on every attempt with an error nobody classified: retried, then ``failed``."""
+    raise RuntimeError(f"poison job {ctx.job_id} fails on attempt {ctx.attempt} {note}".strip())
+
+
+@job(name="demo.suicide", effect="at_least_once", max_attempts=3, lease_seconds=2)
+def suicide(ctx: JobContext) -> None:
+    """Kill the executor running it on every attempt: the reaper bounds it, then ``failed``."""
+    import os
+    import signal
+
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+@job(name="demo.failing", effect="at_least_once", max_attempts=10)
+def failing(ctx: JobContext, *, quick: int = 3, pause: float = 60.0) -> None:
+    """Fail transiently on every attempt: the first ``quick`` retries come at once, later ones
+    after ``pause`` seconds (the failure's own ``retry_after``)."""
+    wait = 0.0 if ctx.attempt < quick else pause
+    raise Transient(f"still failing (attempt {ctx.attempt})", retry_after=wait)
+
+
+@job(name="demo.lost_reply", effect="at_most_once", max_attempts=3)
+def lost_reply(ctx: JobContext) -> None:
+    """Send a request whose reply never comes: at most once, so the job is parked."""
+    with ctx.effect("send"):
+        raise TimeoutError("the destination did not reply")

@@ -61,6 +61,14 @@ class JobContext:
             raise ValueError("effect name must be 1..100 characters")
         return EffectScope(self, name)
 
+    def effect_key(self, name: str) -> str:
+        """The key of effect ``name`` of this job, without recording anything.
+
+        The same in every attempt: a reconcile function uses it to ask the destination what
+        became of the effect a run attempt started.
+        """
+        return store.effect_key(self.job_id, name)
+
 
 class EffectScope:
     """Context manager around one business effect.
@@ -72,7 +80,11 @@ class EffectScope:
     when the ledger already records the effect applied (skip the call then). On a normal exit
     the effect is recorded ``applied``; on an exception it is recorded ``not_applied`` when
     the error says nothing was sent (``Transient``, ``Permanent``, a refused connection) and
-    ``unknown`` otherwise.
+    ``unknown`` otherwise. A handler that learns from the destination that its fencing token
+    is stale raises :class:`StaleAttempt`: nothing more is written for the attempt.
+
+    In a ``transactional`` job the scope runs inside the job's transaction: the ledger row is
+    written ``applied`` on exit and commits with the completion, or rolls back with it.
     """
 
     def __init__(self, ctx: JobContext, name: str) -> None:
@@ -113,6 +125,7 @@ class EffectScope:
                 Effect.APPLIED,
                 destination_ref=self.destination_ref,
                 note=self.note,
+                name=self.name,
             )
             return
         if isinstance(exc, StaleAttempt):

@@ -7,6 +7,7 @@ and RQ adapters claim the one job a message names and call :func:`run_lease`.
 from __future__ import annotations
 
 import contextlib
+import inspect
 import logging
 import queue as queue_mod
 import random
@@ -22,13 +23,12 @@ from django.db import (
     DatabaseError,
     InterfaceError,
     OperationalError,
-    close_old_connections,
     transaction,
 )
 from django.db import connection as db_connection
 
 from . import conf, failpoints, metrics, outcomes, registry, states, store
-from .classify import FailureClass, PayloadMismatch, classify
+from .classify import PayloadMismatch, classify, retry_after_of
 from .context import JobContext
 from .exceptions import JobError, Snooze, StaleAttempt
 from .modes import EffectMode
@@ -150,29 +150,71 @@ def _outcome_label(decision: Decision) -> str:
     return str(target.value)
 
 
-def _complete_read_back(lease: store.Lease, fn: Callable[[], None], *, tries: int = 3) -> None:
-    """Complete, and when the connection breaks mid-way read the outcome back, never guess."""
+def _complete_read_back(
+    lease: store.Lease,
+    fn: Callable[[], int | None],
+    *,
+    tries: int = 3,
+    xid_from_fn: bool = False,
+) -> None:
+    """Run ``fn`` (ending with the fenced completion) in one transaction and commit it; when
+    the connection breaks on the way, read the outcome back, never guess.
+
+    On PostgreSQL the transaction's id is known before ``COMMIT`` (taken first, or, with
+    ``xid_from_fn``, returned by ``fn``'s completion statement itself, which saves a round
+    trip), so after a break during ``COMMIT`` the read-back waits until the server has decided
+    that transaction (``txid_status``) before reading the attempt's row; a decided row then
+    says whether the completion landed. ``in_commit`` is the failpoint between the
+    completion's write and ``COMMIT``.
+    """
     for n in range(tries):
+        xid: list[int] = []
         try:
-            fn()
+            with transaction.atomic():
+                if not xid_from_fn:
+                    xid.extend(_xid())
+                got = fn()
+                if xid_from_fn and got is not None:
+                    xid.append(got)
+                failpoints.hit("in_commit")
             return
         except (OperationalError, InterfaceError):
             db_connection.close()
-            outcome = _read_back(lease)
+            outcome = _read_back(lease, xid[0] if xid else None)
             if outcome == "succeeded":
+                log.warning("job %s: connection lost at commit; read back: committed", lease.job_id)
                 return
             if outcome != "leased" or n == tries - 1:
                 raise
             time.sleep(0.2 * 2**n)
 
 
-def _read_back(lease: store.Lease) -> str:
+def _xid() -> list[int]:
+    """This transaction's id on PostgreSQL (assigned now; the completion writes anyway)."""
+    if db_connection.vendor != "postgresql":
+        return []
+    with db_connection.cursor() as cur:
+        cur.execute("SELECT txid_current()")
+        return [int(cur.fetchone()[0])]
+
+
+def _read_back(lease: store.Lease, xid: int | None = None, *, patience: float = 30.0) -> str:
     """``succeeded`` if this attempt's completion committed, ``leased`` if the job is still
-    this attempt's, else ``other``."""
+    this attempt's, ``other`` if someone else moved it, ``unknown`` if the database could not
+    be asked within ``patience`` seconds."""
     from .models import Attempt, Job
 
-    for n in range(5):
+    deadline = time.monotonic() + patience
+    delay = 0.05
+    while True:
         try:
+            if xid is not None:
+                with db_connection.cursor() as cur:
+                    cur.execute("SELECT txid_status(%s)", [xid])
+                    status = cur.fetchone()[0]
+                if status == "in progress":
+                    # The server has not yet finished (or noticed the end of) that transaction.
+                    raise _Undecided
             outcome = (
                 Attempt.objects.filter(pk=lease.attempt_id)
                 .values_list("outcome", flat=True)
@@ -184,10 +226,17 @@ def _read_back(lease: store.Lease) -> str:
                 pk=lease.job_id, fence=lease.fence, state=states.State.LEASED
             ).exists()
             return "leased" if mine else "other"
-        except (OperationalError, InterfaceError):
+        except (OperationalError, InterfaceError, _Undecided) as e:
+            log.info("job %s: reading the outcome back: %r; asking again", lease.job_id, e)
             db_connection.close()
-            time.sleep(0.2 * 2**n)
-    return "unknown"
+            if time.monotonic() > deadline:
+                return "unknown"
+            time.sleep(delay)
+            delay = min(1.0, delay * 2)
+
+
+class _Undecided(Exception):
+    """The transaction being read back is still in progress on the server."""
 
 
 def run_lease(
@@ -230,37 +279,42 @@ def run_lease(
             heartbeater.remove(ctx)
 
 
+def _handler(jt: registry.JobType, kind: str) -> Callable[..., Any]:
+    """The function an attempt of ``kind`` calls: the fallback for a ``fallback`` attempt."""
+    if kind == outcomes.Kind.FALLBACK and jt.fallback is not None:
+        return jt.fallback
+    return jt.func
+
+
 def _run(ctx: JobContext, jt: registry.JobType, rng: random.Random) -> str:
     lease = ctx.lease
+    handler = _handler(jt, lease.kind)
     try:
         try:
-            jt.check_payload(lease.payload)
+            inspect.signature(handler).bind(ctx, **lease.payload)
         except TypeError as e:
             raise PayloadMismatch(str(e)) from None
         if jt.effect == EffectMode.TRANSACTIONAL:
             # The handler's writes, its ledger rows and the fenced completion commit together;
-            # a refused completion rolls all of them back.
+            # a refused completion rolls all of them back. Not retried here: the handler's
+            # writes would have to be made again, which is the next attempt's job.
             def commit_all() -> None:
-                with transaction.atomic():
-                    jt.func(ctx, **lease.payload)
-                    failpoints.hit("before_complete")
-                    store.complete(lease)
-                    failpoints.hit("in_commit")
+                handler(ctx, **lease.payload)
+                failpoints.hit("before_complete")
+                store.complete(lease)
 
             _complete_read_back(lease, commit_all, tries=1)
         else:
-            jt.func(ctx, **lease.payload)
+            handler(ctx, **lease.payload)
             failpoints.hit("before_complete")
-            _complete_read_back(lease, lambda: store.complete(lease))
+            _complete_read_back(lease, lambda: store.complete(lease), xid_from_fn=True)
         return "succeeded"
     except StaleAttempt:
         raise
     except Snooze as s:
-        decision = Decision(
-            transition=states.RETRY, delay=max(0.0, s.seconds), reason=str(s), spend_attempt=False
-        )
-        store.finish(lease, decision, outcome="snoozed")
-        return "snoozed"
+        decision = outcomes.after_snooze(_situation(ctx, jt), s.seconds, policy=jt.retry_policy)
+        store.finish(lease, decision, outcome=_outcome_label(decision))
+        return _outcome_label(decision)
     except Exception as exc:
         return _end_with_error(ctx, jt, exc, rng)
 
@@ -283,7 +337,8 @@ def _end_with_error(
         policy=policy,
         rng=rng,
         message=str(exc)[:500],
-        retry_after=getattr(exc, "retry_after", None),
+        retry_after=retry_after_of(exc),
+        in_flight_grace=conf.get().REAP_GRACE_SECONDS,
     )
     failure = store.Failure(
         error_class=failure_class.value,
@@ -314,7 +369,21 @@ def _situation(ctx: JobContext, jt: registry.JobType | None) -> Situation:
         max_attempts=lease.max_attempts,
         age_seconds=(db_now() - lease.created_at).total_seconds(),
         has_reconcile=bool(jt and jt.reconcile),
+        kind=lease.kind,
+        has_fallback=bool(jt and jt.fallback),
+        fallback_shares_key=bool(jt is None or jt.fallback_shares_key),
+        # Read only when the key rule needs it (a fallback to a destination without the key).
+        unsettled_effect=bool(jt and jt.fallback and not jt.fallback_shares_key)
+        and store.has_unsettled_effect(lease.job_id),
     )
+
+
+# Attempt outcomes of a reconcile attempt (the column holds 20 characters).
+_RECONCILED = {
+    Reconciliation.APPLIED: "reconciled_applied",
+    Reconciliation.NOT_APPLIED: "reconciled_unapplied",
+    Reconciliation.UNKNOWN: "reconciled_unknown",
+}
 
 
 def _reconcile(ctx: JobContext, jt: registry.JobType, rng: random.Random) -> str:
@@ -330,23 +399,37 @@ def _reconcile(ctx: JobContext, jt: registry.JobType, rng: random.Random) -> str
         raise
     except Exception as exc:
         log.warning("job %s: reconcile failed: %s", lease.job_id, exc)
-        return _end_with_error(ctx, jt, exc, rng) if isinstance(exc, JobError) else _park(ctx, exc)
-    store.reconciled(lease, answer)
-    decision = outcomes.after_reconcile(answer)
-    store.finish(lease, decision, outcome=f"reconciled_{answer.value}")
+        return _reconcile_failed(ctx, jt, exc, rng)
+    # The ledger's answer and the job's transition commit together.
+    with transaction.atomic():
+        store.reconciled(lease, answer)
+        decision = outcomes.after_reconcile(answer)
+        store.finish(lease, decision, outcome=_RECONCILED[answer])
     return _outcome_label(decision)
 
 
-def _park(ctx: JobContext, exc: BaseException) -> str:
-    decision = Decision(transition=states.PARK, reason=f"reconcile raised {exc!r}"[:500])
+def _reconcile_failed(
+    ctx: JobContext, jt: registry.JobType, exc: BaseException, rng: random.Random
+) -> str:
+    """A lookup that raised: ask again later if the error was transient, else park."""
+    lease = ctx.lease
+    failure_class = classify(exc, retry_on=jt.retry_on, permanent_on=jt.permanent_on)
+    decision = outcomes.after_reconcile_error(
+        _situation(ctx, jt),
+        failure_class,
+        policy=jt.retry_policy,
+        rng=rng,
+        message=str(exc)[:500],
+        retry_after=getattr(exc, "retry_after", None),
+    )
     failure = store.Failure(
-        error_class=FailureClass.INDETERMINATE.value,
-        error_type=type(exc).__qualname__,
+        error_class=failure_class.value,
+        error_type=f"{type(exc).__module__}.{type(exc).__qualname__}",
         message=str(exc),
         traceback="".join(traceback.format_exception(exc)),
     )
-    store.finish(ctx.lease, decision, outcome="indeterminate", failure=failure)
-    return "indeterminate"
+    store.finish(lease, decision, outcome=_outcome_label(decision), failure=failure)
+    return _outcome_label(decision)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -462,6 +545,7 @@ class Worker:
             with self._busy_lock:
                 self._busy += 1
             self.stats.claimed += 1
+            store.log_event("claim", job=lease.job_id, fence=lease.fence, attempt_kind=lease.kind)
             self._todo.put(lease)
         if leases:
             metrics.claimed(len(leases))
@@ -474,10 +558,12 @@ class Worker:
             if lease is None:
                 break
             try:
-                close_old_connections()
+                drop_connection_if_broken()
                 outcome = run_lease(lease, heartbeater=self.heartbeater, rng=rng)
                 self.stats.outcomes[outcome] = self.stats.outcomes.get(outcome, 0) + 1
+                store.log_event("end", job=lease.job_id, fence=lease.fence, outcome=outcome)
             except Exception:
+                store.log_event("end", job=lease.job_id, fence=lease.fence, outcome="error")
                 # The database failed while ending the attempt: its lease will expire and the
                 # reaper moves it on. Nothing is lost, only delayed.
                 log.exception("job %s: could not record the attempt's end", lease.job_id)
@@ -512,6 +598,28 @@ class Worker:
             self.stats.claimed,
             self.stats.outcomes,
         )
+
+
+def drop_connection_if_broken() -> None:
+    """Keep this thread's connection from one attempt to the next unless it is unusable.
+
+    Django's ``close_old_connections`` would also close it for its age, which with
+    ``CONN_MAX_AGE = 0`` means before every attempt: a new connection per job cost more than
+    the job. The broker-less worker threads and the Celery adapter call this before each
+    attempt. A connection left outside its autocommit mode, or that saw an error and no longer
+    answers, is closed as Django would; one that dies while idle fails the next write, which
+    the attempt's read-back and the reaper already handle.
+    """
+    conn = db_connection
+    if conn.connection is None:
+        return
+    if conn.get_autocommit() != conn.settings_dict["AUTOCOMMIT"]:
+        conn.close()
+    elif conn.errors_occurred:
+        if conn.is_usable():
+            conn.errors_occurred = False
+        else:
+            conn.close()
 
 
 class _Listener:

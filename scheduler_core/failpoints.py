@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import threading
 import time
 
 log = logging.getLogger("tenure.failpoints")
@@ -50,7 +51,9 @@ def hit(name: str) -> None:
     if action == "kill":
         os.kill(os.getpid(), signal.SIGKILL)
     elif action == "stop":
-        os.kill(os.getpid(), signal.SIGSTOP)
+        # Sent to this thread, not the process: a process-directed SIGSTOP may be taken by
+        # another thread, and this one would run on (and, say, commit) before the stop lands.
+        signal.pthread_kill(threading.get_ident(), signal.SIGSTOP)
     elif action == "raise":
         raise FailpointError(f"failpoint {name}")
     else:

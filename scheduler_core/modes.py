@@ -34,7 +34,8 @@ GUARANTEES: dict[EffectMode, Guarantee] = {
         "transaction.",
         promise="Exactly once, in this database.",
         needs="The effect is a write to the job database itself.",
-        on_ambiguity="Nothing is ambiguous: a lost fence or crash rolls the writes back; retried.",
+        on_ambiguity="Nothing is ambiguous: a lost fence or crash rolls the writes back and the "
+        "job is retried; a connection lost during COMMIT is read back, never guessed.",
     ),
     EffectMode.IDEMPOTENT: Guarantee(
         mode=EffectMode.IDEMPOTENT,

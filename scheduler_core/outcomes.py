@@ -4,19 +4,21 @@ from __future__ import annotations
 
 import enum
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from . import states
 from .classify import FailureClass
 from .modes import EffectMode
-from .retry import RetryPolicy
+from .retry import RetryPolicy, snooze_delay
 
 
 class Kind(enum.StrEnum):
-    """What an attempt does: run the handler, or ask the destination what happened."""
+    """What an attempt does: run the handler, ask the destination what happened, or run the
+    job's fallback function (``@job(fallback=...)``)."""
 
     RUN = "run"
     RECONCILE = "reconcile"
+    FALLBACK = "fallback"
 
 
 class Reconciliation(enum.StrEnum):
@@ -52,10 +54,30 @@ class Situation:
     max_attempts: int
     age_seconds: float
     has_reconcile: bool = False
+    kind: str = Kind.RUN
+    """The kind of the attempt that ended (``run``, ``reconcile`` or ``fallback``)."""
+    has_fallback: bool = False
+    fallback_shares_key: bool = True
+    """Whether the fallback's destination accepts the same effect key as the primary's."""
+    unsettled_effect: bool = False
+    """Whether an effect of the job is intended or unknown (not known applied/not applied)."""
 
 
-def _ambiguous(s: Situation, *, policy: RetryPolicy, rng: random.Random, why: str) -> Decision:
-    """The effect may have happened: each mode's rule, never a blind re-run."""
+def _ambiguous(
+    s: Situation,
+    *,
+    policy: RetryPolicy,
+    rng: random.Random,
+    why: str,
+    in_flight_grace: float = 0.0,
+) -> Decision:
+    """The effect may have happened: each mode's rule, never a blind re-run.
+
+    ``in_flight_grace`` is the least delay before the next attempt. When the attempt itself
+    reports the ambiguity its request may still be travelling to the destination; the next
+    attempt (a reconcile lookup or a retry under the same key) must start only once such a
+    request can have landed, or a lookup could answer "not applied" just before it does.
+    """
     exhausted = s.attempt >= s.max_attempts
     too_old = policy.max_age is not None and s.age_seconds >= policy.max_age
     if s.mode == EffectMode.TRANSACTIONAL:
@@ -66,7 +88,7 @@ def _ambiguous(s: Situation, *, policy: RetryPolicy, rng: random.Random, why: st
     if exhausted or too_old:
         bound = "attempts exhausted" if exhausted else "maximum age reached"
         return Decision(transition=states.PARK, reason=f"{why}; {bound} with the effect unsettled")
-    delay = policy.delay(s.attempt, rng)
+    delay = max(policy.delay(s.attempt, rng), in_flight_grace)
     if s.mode == EffectMode.RECONCILABLE and s.has_reconcile:
         return Decision(transition=states.RETRY, delay=delay, next_kind=Kind.RECONCILE, reason=why)
     if s.mode == EffectMode.RECONCILABLE:
@@ -99,26 +121,60 @@ def after_failure(
     rng: random.Random,
     message: str = "",
     retry_after: float | None = None,
+    in_flight_grace: float = 0.0,
 ) -> Decision:
-    """Decide what follows an attempt whose handler raised."""
+    """Decide what follows an attempt whose handler raised.
+
+    ``in_flight_grace`` (the reaper's grace, passed by the executor) delays the attempt that
+    follows an indeterminate failure, so a request still in flight can land first.
+    """
     why = f"{failure.value}: {message}" if message else failure.value
+    if s.has_fallback or s.kind == Kind.FALLBACK:
+        plain = after_failure(
+            replace(s, has_fallback=False, kind=Kind.RUN),
+            failure,
+            policy=policy,
+            rng=rng,
+            message=message,
+            retry_after=retry_after,
+            in_flight_grace=in_flight_grace,
+        )
+        return _with_fallback(s, failure, plain, policy=policy, why=why)
     if failure == FailureClass.PERMANENT:
         return Decision(transition=states.FAIL, reason=f"permanent error: {message}")
     if failure == FailureClass.INDETERMINATE:
-        return _ambiguous(s, policy=policy, rng=rng, why=why)
+        return _ambiguous(s, policy=policy, rng=rng, why=why, in_flight_grace=in_flight_grace)
     return _transient(s, policy=policy, rng=rng, why=why, retry_after=retry_after)
 
 
 def after_abandon(
-    s: Situation, *, unsettled_effect: bool, policy: RetryPolicy, rng: random.Random, why: str
+    s: Situation,
+    *,
+    unsettled_effect: bool,
+    policy: RetryPolicy,
+    rng: random.Random,
+    why: str,
+    in_flight_grace: float = 0.0,
 ) -> Decision:
     """Decide what follows an attempt whose lease expired or that was released unfinished.
 
     Without an unsettled effect intent nothing can have happened outside the database, so a
-    retry is safe. With one, the effect may have happened and the mode's rule applies.
+    retry is safe. With one, the effect may have happened and the mode's rule applies. The
+    reaper acts only after the lease and its grace ran out, so it passes no extra grace; a
+    release by a live executor passes ``in_flight_grace``.
     """
+    if s.kind == Kind.FALLBACK:
+        plain = after_abandon(
+            replace(s, kind=Kind.RUN),
+            unsettled_effect=unsettled_effect,
+            policy=policy,
+            rng=rng,
+            why=why,
+            in_flight_grace=in_flight_grace,
+        )
+        return _abandoned_fallback(s, plain, unsettled_effect=unsettled_effect)
     if unsettled_effect:
-        decision = _ambiguous(s, policy=policy, rng=rng, why=why)
+        decision = _ambiguous(s, policy=policy, rng=rng, why=why, in_flight_grace=in_flight_grace)
     elif s.attempt >= s.max_attempts:
         decision = Decision(
             transition=states.FAIL, reason=f"attempts exhausted ({s.attempt}): {why}"
@@ -151,3 +207,121 @@ def after_reconcile(answer: Reconciliation) -> Decision:
             spend_attempt=False,
         )
     return Decision(transition=states.PARK, reason="reconciled: destination cannot say")
+
+
+def after_reconcile_error(
+    s: Situation,
+    failure: FailureClass,
+    *,
+    policy: RetryPolicy,
+    rng: random.Random,
+    message: str = "",
+    retry_after: float | None = None,
+) -> Decision:
+    """Decide what follows a reconcile attempt whose lookup raised instead of answering.
+
+    The effect is still unsettled, so the job never goes back to a plain run from here: a
+    transient error (the destination's lookup is briefly down, or says the request is still in
+    flight) asks again later, bounded by the job's attempts and age; anything else leaves the
+    question to an operator.
+    """
+    why = f"reconcile {failure.value}: {message}" if message else f"reconcile {failure.value}"
+    if failure != FailureClass.TRANSIENT:
+        return Decision(transition=states.PARK, reason=f"{why}; the destination cannot say")
+    if s.attempt >= s.max_attempts:
+        return Decision(transition=states.PARK, reason=f"{why}; attempts exhausted")
+    if policy.max_age is not None and s.age_seconds >= policy.max_age:
+        return Decision(transition=states.PARK, reason=f"{why}; maximum age reached")
+    return Decision(
+        transition=states.RETRY,
+        delay=policy.delay(s.attempt, rng, retry_after),
+        next_kind=Kind.RECONCILE,
+        reason=why,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Snoozes and fallbacks
+# ---------------------------------------------------------------------------------------------
+
+
+def after_snooze(
+    s: Situation, seconds: float, *, policy: RetryPolicy, cap: float = 366 * 86400.0
+) -> Decision:
+    """Decide what follows a handler that raised ``Snooze(seconds)``.
+
+    The job waits ``seconds`` (clamped to ``[0, cap]``) and the attempt is handed back to the
+    budget, so snoozing never exhausts ``max_attempts``; ``max_age`` still bounds it. The next
+    attempt is of the same kind (a snoozed fallback stays on the fallback).
+    """
+    if policy.too_old(s.age_seconds):
+        return Decision(transition=states.FAIL, reason="maximum age reached while snoozing")
+    return Decision(
+        transition=states.RETRY,
+        delay=snooze_delay(seconds, cap=cap),
+        next_kind=Kind.FALLBACK if s.kind == Kind.FALLBACK else Kind.RUN,
+        reason=f"snoozed for {seconds}s",
+        spend_attempt=False,
+    )
+
+
+def _may_fall_back(s: Situation, policy: RetryPolicy) -> bool:
+    """Whether a failed primary attempt may hand over to the fallback."""
+    if s.attempt >= s.max_attempts or policy.too_old(s.age_seconds):
+        return False
+    # A destination that cannot take the same key could repeat an effect the primary may
+    # have made: only once every effect of the job is known not applied (or none started).
+    return s.fallback_shares_key or not s.unsettled_effect
+
+
+def _with_fallback(
+    s: Situation, failure: FailureClass, plain: Decision, *, policy: RetryPolicy, why: str
+) -> Decision:
+    """Adjust ``plain`` (the decision without fallbacks) for a job that declares one.
+
+    * A ``run`` attempt that failed transiently or permanently hands over: the next attempt,
+      due at once, is a ``fallback`` attempt of the same job (same effect keys), when budget
+      and age allow and :func:`_may_fall_back` says the key rule holds.
+    * A ``fallback`` attempt's retries stay on the fallback.
+    * An ambiguous outcome of a fallback whose destination cannot share the key is parked:
+      neither destination can tell whether the other already made the effect.
+    """
+    if s.kind == Kind.RUN and s.has_fallback:
+        if failure != FailureClass.INDETERMINATE and _may_fall_back(s, policy):
+            return Decision(
+                transition=states.RETRY,
+                delay=0.0,
+                next_kind=Kind.FALLBACK,
+                reason=f"{why}; the next attempt runs the fallback",
+            )
+        return plain
+    if s.kind != Kind.FALLBACK:
+        return plain
+    if (
+        failure == FailureClass.INDETERMINATE
+        and not s.fallback_shares_key
+        and s.mode != EffectMode.TRANSACTIONAL
+    ):
+        return Decision(
+            transition=states.PARK,
+            reason=f"{why}; the fallback's destination cannot share the effect key",
+        )
+    return _stay_on_fallback(plain)
+
+
+def _stay_on_fallback(d: Decision) -> Decision:
+    if d.transition.target == states.State.WAITING and d.next_kind == Kind.RUN:
+        return replace(d, next_kind=Kind.FALLBACK)
+    return d
+
+
+def _abandoned_fallback(s: Situation, plain: Decision, *, unsettled_effect: bool) -> Decision:
+    """A fallback attempt whose lease expired or that was released: the same rules as a
+    failure of it (an unsettled effect at a destination that cannot share the key is parked;
+    retries stay on the fallback)."""
+    if unsettled_effect and not s.fallback_shares_key and s.mode != EffectMode.TRANSACTIONAL:
+        return Decision(
+            transition=states.REAP_PARK,
+            reason=f"{plain.reason}; the fallback's destination cannot share the effect key",
+        )
+    return _stay_on_fallback(plain)

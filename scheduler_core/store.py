@@ -314,9 +314,49 @@ def finish(
         raise StaleAttempt(lease.job_id, lease.fence, t.name)
 
 
-def complete(lease: Lease) -> None:
-    """Mark ``lease``'s job succeeded (fenced)."""
-    finish(lease, Decision(transition=states.COMPLETE), outcome="succeeded")
+def complete(lease: Lease) -> int | None:
+    """Mark ``lease``'s job succeeded (fenced).
+
+    On PostgreSQL this is one statement, the job's and the attempt's rows written as
+    :func:`finish` writes them, and it returns the transaction's id, which the executor keeps
+    to read the outcome back if the connection breaks during ``COMMIT``. Elsewhere it is
+    :func:`finish` and returns None.
+    """
+    conn = connections[DB]
+    if conn.vendor != "postgresql":
+        finish(lease, Decision(transition=states.COMPLETE), outcome="succeeded")
+        return None
+    t = states.COMPLETE
+    params = [
+        lease.job_id,
+        [s.value for s in t.sources],
+        lease.fence,
+        conf.get().TEST_DISABLE_FENCE,
+        lease.attempt_id,
+    ]
+    with transaction.atomic(using=DB, savepoint=False), conn.cursor() as cur:
+        cur.execute(_COMPLETE_SQL.format(target=t.target.value), params)
+        mine, xid = cur.fetchone()
+    if mine != 1:
+        raise StaleAttempt(lease.job_id, lease.fence, t.name)
+    return int(xid)
+
+
+_COMPLETE_SQL = """
+    WITH job AS (
+        UPDATE tenure_job SET state = '{target}', updated_at = clock_timestamp(),
+            version = version + 1, lease_owner = '', lease_expires_at = NULL, reason = '',
+            next_kind = 'run', finished_at = clock_timestamp()
+        WHERE id = %s AND state = ANY(%s) AND (fence = %s OR %s)
+        RETURNING id
+    ), attempt AS (
+        UPDATE tenure_attempt SET outcome = 'succeeded', finished_at = clock_timestamp()
+        WHERE id = %s AND finished_at IS NULL AND EXISTS (SELECT 1 FROM job)
+    )
+    SELECT (SELECT count(*) FROM job), txid_current()
+"""
+""":func:`complete` on PostgreSQL: :func:`finish`'s writes for ``COMPLETE`` in one statement
+(``tests/db/test_bulk_and_fast_paths.py`` checks the two leave the same rows)."""
 
 
 def _close_attempt(attempt_id: int, outcome: str, failure: Failure | None) -> None:
@@ -351,12 +391,30 @@ def has_unsettled_effect(job_id: int) -> bool:
 def record_stale(err: StaleAttempt, executor: str = "") -> None:
     """Record a refused write as evidence (``jobs_status`` counts these)."""
     log.warning("stale write refused: %s (executor %s)", err, executor)
+    log_event("refused", job=err.job_id, fence=err.fence, write=err.write, executor=executor)
     try:
         StaleWrite.objects.using(DB).create(
             job_id=err.job_id, fence=err.fence, write=err.write[:30], executor=executor[:200]
         )
     except Exception:  # the evidence is best effort; the refusal itself already held
         log.exception("could not record stale write for job %s", err.job_id)
+
+
+def log_event(kind: str, **fields: Any) -> None:
+    """Append one JSON line to the file ``TENURE_EVENT_LOG`` names, if set: the fault
+    verifier's record of what an executor saw (claims, attempt ends, refusals), kept outside
+    the database it checks. Does nothing otherwise."""
+    import os
+
+    path = os.environ.get("TENURE_EVENT_LOG")
+    if not path:
+        return
+    line = json.dumps({"event": kind, "pid": os.getpid(), **fields}, default=str)
+    try:
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(line + "\n")
+    except OSError as e:
+        log.warning("could not append to the event log %s: %s", path, e)
 
 
 # ---------------------------------------------------------------------------------------------
