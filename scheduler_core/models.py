@@ -99,7 +99,7 @@ class Attempt(models.Model):
     lease_expires_at = models.DateTimeField(null=True, blank=True)
     heartbeat_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
-    outcome = models.CharField(max_length=20, blank=True, default="")
+    outcome = models.CharField(max_length=40, blank=True, default="")
     error_class = models.CharField(max_length=20, blank=True, default="")
     error_type = models.CharField(max_length=200, blank=True, default="")
     message = models.TextField(blank=True, default="")
