@@ -155,6 +155,9 @@ CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = False
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# Celery's Django integration would close the database connection before and after every
+# task (a new connection per job); the adapter drops a broken one itself before each message.
+CELERY_DB_REUSE_MAX = 1000
 
 # --- RQ (second transport): `manage.py rqworker default`. Only JSON crosses the broker: the
 # worker and job classes read JSON whatever serializer rqworker is given, so nothing is unpickled.

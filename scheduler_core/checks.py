@@ -9,6 +9,7 @@ from django.conf import settings
 from django.core.checks import Error, Warning, register
 
 from . import conf, failpoints
+from .transports import checks as _transport_checks  # noqa: F401  (registers them)
 
 
 @register()

@@ -20,10 +20,16 @@ def uses_broker() -> bool:
     return conf.get().TRANSPORT in BROKER_TRANSPORTS
 
 
+def broker_queue(queue: str) -> str:
+    """The name a Tenure queue has on the broker: ``BROKER_QUEUE_PREFIX`` + ``queue``."""
+    return conf.get().BROKER_QUEUE_PREFIX + queue
+
+
 def publish(job_id: int, queue: str) -> bool:
     """Send a hint that ``job_id`` is due. Returns False (and logs) if the broker refused.
 
-    A lost hint only delays the job: the dispatcher re-sends hints for due jobs not claimed.
+    The message carries the job id only; the claim decides whether anything runs. A lost hint
+    only delays the job: the dispatcher re-sends hints for due jobs not claimed.
     """
     name = conf.get().TRANSPORT
     try:
@@ -33,7 +39,7 @@ def publish(job_id: int, queue: str) -> bool:
             from . import rq as adapter  # type: ignore[no-redef]
         else:
             return True
-        adapter.publish(job_id, queue)
+        adapter.publish(job_id, broker_queue(queue))
         return True
     except Exception as e:
         log.warning("could not publish hint for job %s on %s: %s", job_id, queue, e)

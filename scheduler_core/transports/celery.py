@@ -1,5 +1,10 @@
 """Celery adapter: a message carries only a job id; the claim decides who runs it.
 
+``celery -A config worker -Q default`` runs Tenure jobs: each pool process claims the one job a
+message names through :func:`scheduler_core.store.claim`, renews the lease from one heartbeat
+thread per process, and records the end through the write seam, as the broker-less executor
+does.
+
 Messages are JSON only (``accept_content=["json"]``), so a pickle-typed message is refused by
 the worker before anything is deserialised. A duplicated message finds the job already leased
 or finished and is dropped with a log line; a lost one is re-sent by the dispatcher. A future
@@ -9,10 +14,13 @@ or finished and is dropped with a log line; a lost one is re-sent by the dispatc
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from typing import Any
 
 from celery import shared_task
+from celery.signals import worker_process_shutdown
+from django.db import DatabaseError
 
 from .. import executor, store
 
@@ -26,8 +34,6 @@ _lock = threading.Lock()
 
 def _process_executor() -> tuple[str, executor.Heartbeater]:
     """This worker process's identity and heartbeat thread, created after fork."""
-    import os
-
     with _lock:
         if _state.get("pid") != os.getpid():
             executor_id = store.new_executor_id("celery")
@@ -38,12 +44,25 @@ def _process_executor() -> tuple[str, executor.Heartbeater]:
         return _state["id"], _state["hb"]
 
 
-@shared_task(name=TASK_NAME, ignore_result=True)
+@worker_process_shutdown.connect  # type: ignore[untyped-decorator]
+def _process_stopped(**_: Any) -> None:
+    """Mark this pool process's executor row stopped when the pool retires it."""
+    if _state.get("pid") != os.getpid():
+        return
+    _state["hb"].stop()
+    try:
+        store.executor_stopped(_state["id"])
+    except DatabaseError:
+        log.warning("could not mark executor %s stopped", _state["id"])
+
+
+@shared_task(name=TASK_NAME, ignore_result=True)  # type: ignore[untyped-decorator]
 def run_job(job_id: Any) -> str:
     """Claim the job named by the message, if it is still waiting and due, and run it."""
     if isinstance(job_id, bool) or not isinstance(job_id, int):
         log.warning("dropped message with a job id that is not an integer: %r", job_id)
         return "dropped"
+    executor.drop_connection_if_broken()
     executor_id, hb = _process_executor()
     leases = store.claim(executor=executor_id, job_id=job_id, limit=1)
     if not leases:
@@ -53,5 +72,5 @@ def run_job(job_id: Any) -> str:
 
 
 def publish(job_id: int, queue: str) -> None:
-    """Publish a hint for ``job_id`` on ``queue`` (JSON, no ETA)."""
+    """Publish a hint for ``job_id`` on broker queue ``queue`` (JSON, no ETA)."""
     run_job.apply_async(args=[job_id], queue=queue, serializer="json")

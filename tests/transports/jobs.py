@@ -1,0 +1,29 @@
+"""Job types for the transport contract; child processes import them via TENURE_JOB_MODULES."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from scheduler_core import job
+
+
+@job(name="tests.transports.noop", lease_seconds=30, max_attempts=3)
+def noop(ctx: Any, *, n: int = 0) -> None:
+    """Nothing: for drains and duplicate deliveries."""
+
+
+@job(name="tests.transports.hold_first", lease_seconds=2, max_attempts=5, backoff_base=0.1)
+def hold_first(ctx: Any, *, seconds: float = 30.0) -> None:
+    """Hold the first attempt (so a kill lands mid-job); later attempts return at once.
+
+    A two-second lease renewed by heartbeats: a live owner keeps it, a dead one loses it fast.
+    """
+    if ctx.attempt == 1:
+        time.sleep(seconds)
+
+
+@job(name="tests.transports.nap", lease_seconds=60, max_attempts=3)
+def nap(ctx: Any, *, seconds: float = 2.0) -> None:
+    """Sleep under a long lease, so a shutdown that waited for lease expiry would show."""
+    time.sleep(seconds)

@@ -1,0 +1,50 @@
+"""Which RQ messages the Tenure worker runs: only a plain hint for ``run_job`` (no broker)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import redis
+from rq import Callback
+from rq.serializers import JSONSerializer
+
+from scheduler_core.transports import rq as adapter
+
+
+def message(func: str = adapter.TASK_PATH, args: Any = (7,), **options: Any) -> Any:
+    """An RQ job as a publisher would write it (no Redis round trip: the client is lazy)."""
+    return adapter.Job.create(
+        func, args=args, connection=redis.Redis(), serializer=JSONSerializer, **options
+    )
+
+
+def test_a_plain_hint_is_accepted() -> None:
+    assert adapter.refusal(message()) is None
+
+
+@pytest.mark.parametrize(
+    ("build", "why"),
+    [
+        (lambda: message("os.system", args=["touch /tmp/x"]), "it names 'os.system'"),
+        (lambda: message(args=(1, 2)), "not exactly one job id"),
+        (lambda: message(kwargs={"job_id": 1}), "not exactly one job id"),
+        (lambda: message(on_success=Callback("os.system")), "callbacks"),
+        (lambda: message(on_failure=Callback("os.system")), "callbacks"),
+    ],
+    ids=["other-function", "two-args", "kwargs", "success-callback", "failure-callback"],
+)
+def test_anything_else_is_refused(build: Any, why: str) -> None:
+    reason = adapter.refusal(build())
+    assert reason is not None and why in reason
+
+
+def test_a_payload_that_is_not_json_is_refused() -> None:
+    job = message()
+    job.data = b"\x80\x04not json"
+    assert "not JSON" in (adapter.refusal(job) or "")
+
+
+def test_the_job_class_reads_json_whatever_serializer_it_is_given() -> None:
+    job = adapter.Job(connection=redis.Redis(), serializer="rq.serializers.DefaultSerializer")
+    assert job.serializer is JSONSerializer
