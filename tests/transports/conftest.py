@@ -68,9 +68,12 @@ class Spec:
             return {}
         folder = BROKER_DIR / "broker" / "queue"  # where settings.py puts it under VAR_DIR
         folder.mkdir(parents=True, exist_ok=True)
+        control = BROKER_DIR / "broker" / "control"
+        control.mkdir(parents=True, exist_ok=True)
         return {
             "data_folder_in": str(folder),
             "data_folder_out": str(folder),
+            "control_folder": str(control),
             "polling_interval": 0.05,
         }
 
