@@ -11,6 +11,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from django.conf import settings as django_settings
+from django.core.signals import setting_changed
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -39,9 +40,15 @@ class TenureSettings:
     """run_scheduler: seconds between maintenance rounds."""
     REDISPATCH_AFTER_SECONDS: float = 10.0
     """The dispatcher re-sends a broker hint for a due job not claimed this long after the last."""
+    BROKER_QUEUE_PREFIX: str = ""
+    """Prefix of every queue's name on the broker (Celery and RQ): a worker serves
+    ``<prefix><queue>``, so deployments or test runs sharing one broker never take each
+    other's hints."""
     EXECUTOR_STALE_SECONDS: float = 30.0
     STUCK_AFTER_SECONDS: float = 60.0
     FAILING_REPEATEDLY_ATTEMPTS: int = 3
+    SCHEDULE_MISFIRE_GRACE_SECONDS: float = 60.0
+    """A schedule occurrence found later than this after its time is late (misfire policy)."""
     BACKOFF_BASE_SECONDS: float = 1.0
     BACKOFF_CAP_SECONDS: float = 3600.0
     TRACEBACK_MAX_CHARS: int = 8000
@@ -64,12 +71,45 @@ def _from_env(raw: str, default: Any) -> Any:
     return raw
 
 
+_cached: TenureSettings | None = None
+
+
 def get() -> TenureSettings:
-    """The current settings (read on every call, so tests may override them).
+    """The current settings.
 
     Django settings win; a ``TENURE_<NAME>`` environment variable is used when the settings
     module does not set that name, so child processes can be tuned without a settings file.
+
+    Read once and cached, because executors ask on every claim and write; the cache is dropped
+    whenever Django reports a changed setting (``override_settings``, the test ``settings``
+    fixture) and by :func:`reload`, which code that changes ``TENURE_*`` environment variables
+    at run time must call.
     """
+    global _cached
+    cached = _cached
+    if cached is None:
+        cached = _cached = _read()
+    return cached
+
+
+def reload() -> TenureSettings:
+    """Drop the cache and read settings and environment again."""
+    global _cached
+    _cached = None
+    return get()
+
+
+def _on_setting_changed(*, setting: str, **_: Any) -> None:
+    global _cached
+    if setting.startswith("TENURE_"):
+        _cached = None
+
+
+setting_changed.connect(_on_setting_changed, dispatch_uid="tenure.conf.cache")
+
+
+def _read() -> TenureSettings:
+    """Build the settings from Django settings and the environment (uncached)."""
     values: dict[str, Any] = {}
     for f in fields(TenureSettings):
         name = f"TENURE_{f.name}"

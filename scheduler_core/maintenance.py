@@ -53,6 +53,8 @@ def run_once() -> dict[str, Any]:
     from . import schedules
 
     reaped = reap_once()
+    # Idempotent: writes only when a code-declared schedule is new or changed.
+    schedules.sync_code_schedules()
     fired = schedules.fire_due()
     hinted = dispatch_once()
     return {"reaped": dict(reaped), "hinted": hinted, "scheduled": fired}

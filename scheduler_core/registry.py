@@ -16,10 +16,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from . import conf
-from .classify import Matcher
+from .classify import Matcher, check_matchers
 from .exceptions import EnqueueError, UnknownJob
 from .modes import EffectMode
 from .retry import RetryPolicy
+from .schedules import ScheduleSpec, spec_for_job
 
 if TYPE_CHECKING:
     from .models import Job
@@ -45,7 +46,11 @@ class JobType:
     permanent_on: tuple[Matcher, ...] = ()
     reconcile: Callable[..., Any] | None = None
     fallback: Callable[..., Any] | None = None
-    schedule: Any = None
+    fallback_shares_key: bool = True
+    """Whether the fallback's destination accepts the primary's effect key (see
+    ``docs/errors-and-schedules.md``); when not, the fallback runs only after the primary's
+    effect is known not applied."""
+    schedule: ScheduleSpec | None = None
     timeout: float | None = None
     """Hard maximum runtime in seconds: past it the executor stops renewing the lease."""
     signature: inspect.Signature = field(repr=False, compare=False, default=None)  # type: ignore[assignment]
@@ -69,6 +74,16 @@ class JobType:
         """
         return enqueue(self.name, payload, unique_key=unique_key, run_at=run_at, priority=priority)
 
+    def enqueue_many(
+        self,
+        payloads: Iterable[dict[str, Any]],
+        *,
+        run_at: dt.datetime | None = None,
+        priority: int = 0,
+    ) -> list[int]:
+        """Accept many jobs of this type in one statement; see :func:`enqueue_many`."""
+        return enqueue_many(self.name, payloads, run_at=run_at, priority=priority)
+
     def check_payload(self, payload: dict[str, Any]) -> None:
         """Raise ``TypeError`` when ``payload`` does not fit the handler's keyword arguments."""
         self.signature.bind(None, **payload)
@@ -88,7 +103,12 @@ def job(
     max_age: float | None = None,
     reconcile: Callable[..., Any] | None = None,
     fallback: Callable[..., Any] | None = None,
+    fallback_shares_key: bool = True,
     schedule: Any = None,
+    schedule_tz: str = "UTC",
+    misfire: str = "run_once",
+    catch_up_max: int = 1,
+    overlap: str = "allow",
     timeout: float | None = None,
 ) -> Callable[[Callable[..., Any]], JobType]:
     """Register a handler ``fn(ctx, **payload)`` as a job type.
@@ -96,6 +116,11 @@ def job(
     ``effect`` declares how the job's business effect is protected: ``transactional``,
     ``idempotent``, ``reconcilable``, ``at_least_once`` or ``at_most_once`` (see
     ``docs/guarantees.md``). Registration errors raise ``ValueError`` at import time.
+
+    ``retry_on`` / ``permanent_on`` take exception types or predicates; ``fallback`` (with
+    ``fallback_shares_key``) and ``schedule`` (a cron string or a ``timedelta``, with
+    ``schedule_tz``, ``misfire``, ``catch_up_max`` and ``overlap``) are described in
+    ``docs/errors-and-schedules.md``.
     """
 
     def register(fn: Callable[..., Any]) -> JobType:
@@ -122,6 +147,28 @@ def job(
         _check_limits(jname, attempts, lease)
         if mode == EffectMode.RECONCILABLE and reconcile is None:
             raise ValueError(f"job {jname}: effect='reconcilable' needs reconcile=<function>")
+        checked = _check_errors_and_schedule(
+            jname,
+            sig,
+            retry_on=retry_on,
+            permanent_on=permanent_on,
+            fallback=fallback,
+            schedule=schedule,
+            schedule_options={
+                "tz": schedule_tz,
+                "misfire": misfire,
+                "catch_up_max": catch_up_max,
+                "overlap": overlap,
+            },
+        )
+        try:
+            policy = RetryPolicy(
+                base=s.BACKOFF_BASE_SECONDS if backoff_base is None else backoff_base,
+                cap=s.BACKOFF_CAP_SECONDS if backoff_cap is None else backoff_cap,
+                max_age=max_age,
+            )
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"job {jname}: {e}") from None
         jt = JobType(
             name=jname,
             func=fn,
@@ -129,16 +176,11 @@ def job(
             effect=mode,
             max_attempts=attempts,
             lease_seconds=lease,
-            retry_policy=RetryPolicy(
-                base=s.BACKOFF_BASE_SECONDS if backoff_base is None else backoff_base,
-                cap=s.BACKOFF_CAP_SECONDS if backoff_cap is None else backoff_cap,
-                max_age=max_age,
-            ),
-            retry_on=tuple(retry_on),
-            permanent_on=tuple(permanent_on),
+            retry_policy=policy,
             reconcile=reconcile,
             fallback=fallback,
-            schedule=schedule,
+            fallback_shares_key=bool(fallback_shares_key),
+            **checked,
             timeout=timeout,
             signature=sig,
         )
@@ -154,6 +196,46 @@ def job(
         return jt
 
     return register
+
+
+def _check_errors_and_schedule(
+    jname: str,
+    sig: inspect.Signature,
+    *,
+    retry_on: Iterable[Any],
+    permanent_on: Iterable[Any],
+    fallback: Callable[..., Any] | None,
+    schedule: Any,
+    schedule_options: dict[str, Any],
+) -> dict[str, Any]:
+    """Validate ``retry_on`` / ``permanent_on``, the fallback and the schedule of a job.
+
+    Returns the normalised ``retry_on``, ``permanent_on`` and ``schedule`` fields; raises
+    ``ValueError`` naming the job.
+    """
+    try:
+        out: dict[str, Any] = {
+            "retry_on": check_matchers(retry_on, what="retry_on"),
+            "permanent_on": check_matchers(permanent_on, what="permanent_on"),
+        }
+    except ValueError as e:
+        raise ValueError(f"job {jname}: {e}") from None
+    if fallback is not None:
+        if not callable(fallback):
+            raise ValueError(f"job {jname}: fallback must be a function fallback(ctx, **payload)")
+        if not list(inspect.signature(fallback).parameters):
+            raise ValueError(f"job {jname}: the fallback's first parameter must be ctx")
+    spec = spec_for_job(jname, schedule, **schedule_options)
+    if spec is not None:
+        try:
+            sig.bind(None)
+        except TypeError:
+            raise ValueError(
+                f"job {jname}: a scheduled job is enqueued without a payload, so every "
+                "payload argument of its handler needs a default"
+            ) from None
+    out["schedule"] = spec
+    return out
 
 
 def _check_limits(jname: str, attempts: int, lease: int) -> None:
@@ -276,5 +358,38 @@ def enqueue(
         max_attempts=jt.max_attempts,
         lease_seconds=jt.lease_seconds,
         unique_key=unique_key,
+        effect=jt.effect.value,
+    )
+
+
+def enqueue_many(
+    name: str,
+    payloads: Iterable[dict[str, Any]],
+    *,
+    run_at: dt.datetime | None = None,
+    priority: int = 0,
+) -> list[int]:
+    """Accept many jobs of one type in one statement, joining the caller's transaction; return
+    their ids in payload order.
+
+    Every payload is validated as :func:`enqueue` validates one, before anything is written:
+    one bad payload raises :class:`~scheduler_core.exceptions.EnqueueError` and writes
+    nothing. There are no unique keys here; a job that must be accepted once is enqueued alone.
+    """
+    from . import store
+
+    jt = _REGISTRY.get(name) if isinstance(name, str) else None
+    if jt is None:
+        raise UnknownJob(f"no job is registered as {name!r}")
+    checked = [validate_payload(jt, p) for p in payloads]
+    _check_options(None, run_at, priority)
+    return store.insert_jobs(
+        name=jt.name,
+        queue=jt.queue,
+        payloads=checked,
+        priority=priority,
+        run_at=run_at,
+        max_attempts=jt.max_attempts,
+        lease_seconds=jt.lease_seconds,
         effect=jt.effect.value,
     )

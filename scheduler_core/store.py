@@ -327,7 +327,7 @@ def complete(lease: Lease) -> int | None:
         finish(lease, Decision(transition=states.COMPLETE), outcome="succeeded")
         return None
     t = states.COMPLETE
-    params = [
+    params: list[Any] = [
         lease.job_id,
         [s.value for s in t.sources],
         lease.fence,
@@ -1095,7 +1095,7 @@ def insert_jobs(
         FROM {rows} ORDER BY {order}
         RETURNING id
     """
-    params = [
+    params: list[Any] = [
         name,
         queue,
         priority,

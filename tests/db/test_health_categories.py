@@ -1,0 +1,101 @@
+"""The health categories' definitions, row by row, against the database's clock."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+import pytest
+
+from scheduler_core import health, job, store
+from scheduler_core.dbclock import db_now
+from scheduler_core.models import Job
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@job(name="tests.health.defs", queue="health-defs", lease_seconds=30, max_attempts=10)
+def defs(ctx: Any) -> None:
+    """Never run: the tests move rows by hand to each situation."""
+
+
+def _leased(**kw: Any) -> Job:
+    j = defs.enqueue()
+    store.claim(executor="h:1:t", queues=["health-defs"], job_id=j.pk)
+    Job.objects.filter(pk=j.pk).update(**kw)
+    return j
+
+
+def _in(category: str) -> set[int]:
+    return set(Job.objects.filter(health.health_q(category)).values_list("pk", flat=True))
+
+
+def test_a_stale_heartbeat_is_abandoned_before_the_lease_runs_out() -> None:
+    now = db_now()
+    fresh = _leased(heartbeat_at=now)
+    # 30 s lease, renewals every 10 s: 25 s without one means two were missed.
+    silent = _leased(heartbeat_at=now - dt.timedelta(seconds=25))
+    expired = _leased(lease_expires_at=now - dt.timedelta(seconds=1))
+    assert _in("running") == {fresh.pk}
+    assert _in("abandoned") == {silent.pk, expired.pk}
+
+
+def test_waiting_splits_into_due_scheduled_and_backing_off() -> None:
+    now = db_now()
+    due = defs.enqueue()
+    retried_due = defs.enqueue()
+    Job.objects.filter(pk=retried_due.pk).update(attempts=2)
+    scheduled = defs.enqueue(run_at=now + dt.timedelta(hours=1))
+    backing = defs.enqueue(run_at=now + dt.timedelta(hours=1))
+    Job.objects.filter(pk=backing.pk).update(attempts=1)
+    assert _in("waiting_due") == {due.pk, retried_due.pk}
+    assert _in("waiting_scheduled") == {scheduled.pk}
+    assert _in("waiting_backing_off") == {backing.pk}
+
+
+def test_stuck_is_due_and_unclaimed_longer_than_the_threshold(settings: Any) -> None:
+    settings.TENURE_STUCK_AFTER_SECONDS = 60
+    recent = defs.enqueue()
+    old = defs.enqueue()
+    Job.objects.filter(pk=old.pk).update(run_at=db_now() - dt.timedelta(seconds=61))
+    assert _in("stuck") == {old.pk}
+    assert _in("waiting_due") >= {recent.pk, old.pk}
+
+
+def test_failing_repeatedly_counts_failed_attempts_not_the_running_one(settings: Any) -> None:
+    settings.TENURE_FAILING_REPEATEDLY_ATTEMPTS = 3
+    waiting_3 = defs.enqueue()
+    Job.objects.filter(pk=waiting_3.pk).update(attempts=3)
+    waiting_2 = defs.enqueue()
+    Job.objects.filter(pk=waiting_2.pk).update(attempts=2)
+    leased_3 = _leased(attempts=3)  # two failures behind it, the third attempt is running
+    leased_4 = _leased(attempts=4)
+    assert _in("failing_repeatedly") == {waiting_3.pk, leased_4.pk}
+    assert leased_3.pk not in _in("failing_repeatedly")
+
+
+def test_counts_match_the_definitions() -> None:
+    defs.enqueue()
+    defs.enqueue(run_at=db_now() + dt.timedelta(hours=1))
+    counts = health.health_counts()
+    assert set(counts) == set(health.HEALTH_CATEGORIES)
+    assert counts["waiting_due"] == 1 and counts["waiting_scheduled"] == 1
+
+
+def test_a_claim_observes_its_latency_from_due_time_by_the_database_clock() -> None:
+    from scheduler_core import metrics
+
+    def between_5_and_10() -> float:
+        buckets = {
+            s.labels["le"]: s.value
+            for m in metrics.CLAIM_LATENCY.collect()
+            for s in m.samples
+            if s.name.endswith("_bucket")
+        }
+        return buckets["10.0"] - buckets["5.0"]
+
+    j = defs.enqueue()
+    Job.objects.filter(pk=j.pk).update(run_at=db_now() - dt.timedelta(seconds=7))
+    before = between_5_and_10()
+    store.claim(executor="h:1:t", queues=["health-defs"], job_id=j.pk)
+    assert between_5_and_10() == before + 1  # due 7 s before the claim
