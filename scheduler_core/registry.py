@@ -48,7 +48,7 @@ class JobType:
     fallback: Callable[..., Any] | None = None
     fallback_shares_key: bool = True
     """Whether the fallback's destination accepts the primary's effect key (see
-    ``docs/errors-and-schedules.md``); when not, the fallback runs only after the primary's
+    ``docs/guarantees.md``); when not, the fallback runs only after the primary's
     effect is known not applied."""
     schedule: ScheduleSpec | None = None
     timeout: float | None = None
@@ -120,7 +120,7 @@ def job(
     ``retry_on`` / ``permanent_on`` take exception types or predicates; ``fallback`` (with
     ``fallback_shares_key``) and ``schedule`` (a cron string or a ``timedelta``, with
     ``schedule_tz``, ``misfire``, ``catch_up_max`` and ``overlap``) are described in
-    ``docs/errors-and-schedules.md``.
+    ``docs/guarantees.md``.
     """
 
     def register(fn: Callable[..., Any]) -> JobType:
