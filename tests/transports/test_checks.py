@@ -20,11 +20,7 @@ def test_shipped_settings_pass(settings: Any, transport: str) -> None:
 
 
 def test_rq_with_every_queue_configured_passes(settings: Any) -> None:
-    from scheduler_core import registry
-
-    entry = dict(settings.RQ_QUEUES["default"])
-    queues = {jt.queue: entry for jt in registry.all_types().values()}
-    assert ids(settings, TENURE_TRANSPORT="rq", RQ_QUEUES=queues) == set()
+    assert ids(settings, TENURE_TRANSPORT="rq", RQ_QUEUES=_every_queue(settings)) == set()
 
 
 def test_celery_accepting_pickle_is_an_error(settings: Any) -> None:
@@ -40,8 +36,22 @@ def test_rq_with_a_prefix_needs_prefixed_queues(settings: Any) -> None:
     assert ids(settings, TENURE_TRANSPORT="rq", TENURE_BROKER_QUEUE_PREFIX="x-") == {"tenure.E011"}
 
 
+def _every_queue(settings: Any) -> dict[str, Any]:
+    """RQ_QUEUES with an entry for every registered job type's queue (whatever tests ran)."""
+    from scheduler_core import registry
+
+    entry = dict(settings.RQ_QUEUES["default"])
+    return {jt.queue: entry for jt in registry.all_types().values()}
+
+
 def test_rq_without_tenures_worker_class_is_an_error(settings: Any) -> None:
-    assert ids(settings, TENURE_TRANSPORT="rq", RQ={"WORKER_CLASS": "rq.Worker"}) == {"tenure.E012"}
+    found = ids(
+        settings,
+        TENURE_TRANSPORT="rq",
+        RQ_QUEUES=_every_queue(settings),
+        RQ={"WORKER_CLASS": "rq.Worker"},
+    )
+    assert found == {"tenure.E012"}
 
 
 def test_rq_dashboard_is_not_mounted() -> None:
