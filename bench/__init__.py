@@ -1,0 +1,1 @@
+"""Benchmarks: Tenure's throughput, latency, recovery and cost, with peers measured alike."""

@@ -1,0 +1,226 @@
+"""The workloads. Each function measures one thing for one system and returns plain numbers.
+
+* :func:`enqueue` — jobs accepted per second, one transaction each or in bulk.
+* :func:`drain` — jobs finished per second by N warm workers on a pre-filled queue, and what
+  each job cost the database (commits, row writes, statements, connections).
+* :func:`latency` — enqueue-to-handler-start delay at a fixed arrival rate on an idle system.
+* :func:`recovery` — time until the jobs of a SIGKILLed executor are claimed again.
+* :func:`pgbench` — the server's own write rate, the physical reference.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from .common import (
+    HARNESS_XACTS_PER_READ,
+    PG_HOST,
+    PG_PORT,
+    PG_USER,
+    ROOT,
+    connect,
+    counting_env,
+    db_counters,
+    free_udp_port,
+    processes,
+    recreate_database,
+    steady_rate,
+)
+from .systems import System, Tenure
+
+
+def _agent(system: System, action: str, *args: Any, timeout: float = 900) -> dict[str, Any]:
+    out = subprocess.run(
+        system.agent(action, *[str(a) for a in args]),
+        env=system.env(),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    if out.returncode != 0:
+        raise RuntimeError(f"{system.key} {action} failed:\n{out.stderr[-3000:]}")
+    return dict(json.loads(out.stdout.strip().splitlines()[-1]))
+
+
+def enqueue(system: System, single: int, bulk: int) -> dict[str, Any]:
+    """Into an empty system, enqueue ``single`` no-op jobs one transaction each, then ``bulk``
+    in one call; jobs per second for each (``bulk`` is absent without a bulk enqueue)."""
+    system.reset()
+    return _agent(system, "enqueue", single, bulk)
+
+
+def drain(system: System, jobs: int, workers: int, *, timeout: float) -> dict[str, Any]:
+    """Time ``workers`` workers draining ``jobs`` no-op jobs.
+
+    Database-queued systems: the workers start on an empty queue and the jobs are then
+    enqueued in one transaction (one statement where the system has a bulk call), so all of
+    them become visible at once to warm workers. Broker systems: the messages are published
+    first (publishing one by one would otherwise race the drain) and the workers start after.
+    Either way the rate is taken between 10 % and 90 % done (see
+    :func:`bench.common.steady_rate`), so start-up is not counted; ``wall_per_second`` counts
+    from the workers' start (broker systems) or the enqueue's start (the others).
+    """
+    system.reset()
+    env = system.env(**system.worker_env(workers))
+    progress: list[tuple[float, int]] = []
+    conn = connect(system.db) if system.db else None
+    try:
+        with processes(f"{system.key}-drain-{workers}", grace=0.0) as procs:
+            if system.broker:
+                _agent(system, "preload", jobs)
+            t0 = time.monotonic()
+            for cmd in system.worker_cmds(workers):
+                procs.start(cmd, env)
+            if not system.broker:
+                t0 = time.monotonic()
+                _agent(system, "preload", jobs)
+            done = 0
+            while done < jobs and time.monotonic() - t0 < timeout:
+                time.sleep(0.1)
+                done = system.done(conn, jobs)
+                progress.append((time.monotonic() - t0, done))
+                if procs.alive() == 0:
+                    break
+            elapsed = time.monotonic() - t0
+    finally:
+        if conn is not None:
+            conn.close()
+    return {
+        "jobs": jobs,
+        "done": done,
+        "per_second": steady_rate(progress, jobs),
+        "wall_per_second": done / elapsed if elapsed else float("nan"),
+        "seconds": elapsed,
+        "complete": done >= jobs,
+    }
+
+
+def cost(system: System, jobs: int, *, timeout: float) -> dict[str, Any]:
+    """What each job costs the database when one worker drains ``jobs`` pre-loaded jobs.
+
+    Commits and row writes are the database's statistics deltas over the drain (the harness's
+    own reads subtracted); statements and connections are counted in the worker processes at
+    the driver. Start-up and idle polling of the worker are included, as they are real costs.
+    """
+    system.reset()
+    _agent(system, "preload", jobs)
+    stmt_dir = Path(tempfile.mkdtemp(prefix="bench-stmt-"))
+    before = db_counters(system.db) if system.db else None
+    env = counting_env(system.env(**system.worker_env(1)), stmt_dir)
+    polls = 0
+    conn = connect(system.db) if system.db else None
+    try:
+        with processes(f"{system.key}-cost", grace=0.0) as procs:
+            t0 = time.monotonic()
+            for cmd in system.worker_cmds(1):
+                procs.start(cmd, env)
+            done = 0
+            while done < jobs and time.monotonic() - t0 < timeout:
+                time.sleep(0.25)
+                done = system.done(conn, jobs)
+                polls += 1
+    finally:
+        if conn is not None:
+            conn.close()
+    result: dict[str, Any] = {"jobs": jobs, "done": done}
+    if before is not None and system.db:
+        time.sleep(1.2)  # backends publish their statistics at least once a second
+        after = db_counters(system.db)
+        own = polls + HARNESS_XACTS_PER_READ
+        result.update(
+            commits_per_job=(after.xact_commit - before.xact_commit - own) / jobs,
+            rows_inserted_per_job=(after.tup_ins - before.tup_ins) / jobs,
+            rows_updated_per_job=(after.tup_upd - before.tup_upd) / jobs,
+            rows_deleted_per_job=(after.tup_del - before.tup_del) / jobs,
+        )
+    from .hooks.sitecustomize import read_counts
+
+    stmts, conns = read_counts(str(stmt_dir))
+    result.update(statements_per_job=stmts / jobs, connections_per_job=conns / jobs)
+    shutil.rmtree(stmt_dir, ignore_errors=True)
+    return result
+
+
+def latency(system: System, rate: float, seconds: float) -> dict[str, Any]:
+    """Start one worker on an empty system, then enqueue ``rate`` jobs a second for
+    ``seconds``; percentiles of enqueue-returned to handler-started, in milliseconds."""
+    system.reset()
+    port = free_udp_port()
+    env = system.env(BENCH_PING_PORT=str(port), **system.worker_env(1))
+    with processes(f"{system.key}-latency", grace=0.0) as procs:
+        for cmd in system.worker_cmds(1):
+            procs.start(cmd, env)
+        return _agent(system, "ping", port, rate, seconds, timeout=seconds + 180)
+
+
+def recovery(system: Tenure, *, holders: int = 4, hold_seconds: float = 300) -> dict[str, Any]:
+    """SIGKILL an executor that holds ``holders`` leased jobs; seconds until every one of them
+    is claimed again by a second executor, against 1.5 x the jobs' lease."""
+    system.reset()
+    lease = 10.0  # bench.hold's lease_seconds
+    env = system.env()
+    with processes(f"{system.key}-recovery", grace=0.0) as procs, connect(system.db or "") as conn:
+        victim = procs.start(system.executor_cmd(holders), env)
+        ids = _agent(system, "hold", holders, hold_seconds)["ids"]
+
+        def owners() -> list[tuple[str, int, str]]:
+            return [
+                (r[0], r[1], r[2])
+                for r in conn.execute(
+                    "SELECT state, fence, lease_owner FROM tenure_job WHERE id = ANY(%s)", [ids]
+                ).fetchall()
+            ]
+
+        deadline = time.monotonic() + 60
+        while not all(s == "leased" for s, _, _ in owners()):
+            if time.monotonic() > deadline:
+                raise RuntimeError("the first executor did not lease the hold jobs")
+            time.sleep(0.05)
+        first_owner = owners()[0][2]
+        procs.start(system.executor_cmd(holders), env)
+        procs.start(system.scheduler_cmd(), env)
+        time.sleep(1.5)  # the second executor and the reaper start; leases renewed meanwhile
+        os.kill(victim.pid, signal.SIGKILL)
+        t_kill = time.monotonic()
+        while True:
+            rows = owners()
+            if all(s == "leased" and f >= 2 and o != first_owner for s, f, o in rows):
+                break
+            if time.monotonic() - t_kill > 10 * lease:
+                return {"seconds": float("nan"), "lease": lease, "limit": 1.5 * lease}
+            time.sleep(0.05)
+        seconds = time.monotonic() - t_kill
+    return {"seconds": seconds, "lease": lease, "limit": 1.5 * lease, "jobs": holders}
+
+
+def pgbench_tps(seconds: int, clients: int = 2) -> dict[str, Any]:
+    """``pgbench -N`` (simple-update, the write transactions of TPC-B without the branch
+    table hot spot) against a scratch database: the server's write transactions per second."""
+    exe = shutil.which("pgbench") or next(
+        (str(p) for p in sorted(Path("/usr/lib/postgresql").glob("*/bin/pgbench"))), None
+    )
+    if exe is None:
+        return {"tps": float("nan"), "note": "pgbench not found"}
+    db = "bench_pgbench"
+    args = ["-h", PG_HOST, "-p", PG_PORT, "-U", PG_USER]
+    recreate_database(db)
+    subprocess.run([exe, *args, "-i", "-q", db], check=True, capture_output=True)
+    out = subprocess.run(
+        [exe, *args, "-c", str(clients), "-j", str(clients), "-T", str(seconds), "-N", "-n", db],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    tps = next(
+        float(line.split("=")[1].split()[0]) for line in out.splitlines() if line.startswith("tps")
+    )
+    return {"tps": tps, "clients": clients, "seconds": seconds}
