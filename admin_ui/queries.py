@@ -106,22 +106,23 @@ def _rows(table: dict[str, dict[str, int]]) -> list[dict[str, Any]]:
 
 def overview() -> dict[str, Any]:
     """Everything the overview shows, read in one place."""
-    status = health.status()
-    execs = status["executors"]["list"]
+    execs = health.executors()
     leases = health.leases_by_owner([e["id"] for e in execs])
     for e in execs:
         e["leases"] = leases.get(e["id"], [])
-    by_type = _rows(health.state_counts_by("name"))
+    # One scan of the job table serves the state, queue and type tables.
+    grouped = health.state_counts_grouped()
+    by_type = _rows(health.fold_counts(grouped, "name"))
     for row in by_type:
         jt = registry.get(row["key"])
         row["effect"] = jt.effect.value if jt else ""
     return {
-        "states": status["states"],
-        "health": {**status["health"], "succeeded_recently": health.succeeded_recently()},
-        "by_queue": _rows(health.state_counts_by("queue")),
+        "states": health.fold_counts(grouped, None),
+        "health": {**health.health_counts(), "succeeded_recently": health.succeeded_recently()},
+        "by_queue": _rows(health.fold_counts(grouped, "queue")),
         "by_type": by_type,
         "executors": execs,
-        "stale_writes": status["stale_writes_refused"],
+        "stale_writes": health.stale_writes(),
         "state_names": [st.value for st in State],
     }
 

@@ -103,9 +103,14 @@ def health_q(category: str) -> Q:
     }[category]
 
 
+# Every health category but "succeeded recently" lies in these states; restricting the scan to
+# them keeps the counts proportional to live work, not to the whole history.
+_LIVE_STATES = [State.WAITING, State.LEASED, State.INDETERMINATE, State.FAILED]
+
+
 def health_counts() -> dict[str, int]:
     """Derived categories that tell normal waiting from abandoned or failing work."""
-    agg = Job.objects.aggregate(
+    agg = Job.objects.filter(state__in=_LIVE_STATES).aggregate(
         **{name: Count("id", filter=health_q(name)) for name in HEALTH_CATEGORIES}
     )
     return {k: int(v) for k, v in agg.items()}
@@ -113,7 +118,32 @@ def health_counts() -> dict[str, int]:
 
 def succeeded_recently() -> int:
     """Jobs that succeeded within the last ``RECENT_SECONDS`` (by the database's clock)."""
-    return Job.objects.filter(health_q("succeeded_recently")).count()
+    # updated_at is written with finished_at and only grows, so it bounds the scan through the
+    # (state, updated_at) index; finished_at keeps the count exact.
+    since = DbNow(-RECENT_SECONDS)
+    return Job.objects.filter(health_q("succeeded_recently"), updated_at__gt=since).count()
+
+
+def state_counts_grouped() -> list[dict[str, Any]]:
+    """Job counts per (queue, name, state) in one scan: the overview derives its per-state,
+    per-queue and per-type tables from these rows."""
+    return list(Job.objects.values("queue", "name", "state").annotate(n=Count("id")))
+
+
+def fold_counts(rows: list[dict[str, Any]], field: str | None) -> Any:
+    """Fold :func:`state_counts_grouped` rows into per-state counts (``field=None``) or a
+    per-``field`` table of per-state counts, shaped like :func:`state_counts` and
+    :func:`state_counts_by`."""
+    if field is None:
+        counts = {st.value: 0 for st in State}
+        for r in rows:
+            counts[r["state"]] = counts.get(r["state"], 0) + r["n"]
+        return counts
+    table: dict[str, dict[str, int]] = {}
+    for r in sorted(rows, key=lambda r: r[field]):
+        per = table.setdefault(r[field], {st.value: 0 for st in State})
+        per[r["state"]] = per.get(r["state"], 0) + r["n"]
+    return table
 
 
 def state_counts_by(field: str) -> dict[str, dict[str, int]]:
