@@ -7,7 +7,7 @@ import threading
 from types import TracebackType
 
 from . import failpoints, store
-from .classify import is_ambiguous_in_flight
+from .classify import is_ambiguous_in_flight, is_refused_before_send
 from .exceptions import Permanent, StaleAttempt, Transient
 from .models import Effect
 
@@ -130,7 +130,9 @@ class EffectScope:
             return
         if isinstance(exc, StaleAttempt):
             return
-        nothing_sent = isinstance(exc, Transient | Permanent | ConnectionRefusedError)
+        # The handler's own Transient/Permanent assert nothing happened; otherwise the
+        # classifier's rule decides whether the request can have left (one rule, one place).
+        nothing_sent = isinstance(exc, Transient | Permanent) or is_refused_before_send(exc)
         state = Effect.NOT_APPLIED if nothing_sent else Effect.UNKNOWN
         if state == Effect.UNKNOWN:
             self.ctx.ambiguous = True
