@@ -40,3 +40,40 @@ demo: venv
 
 clean:
 	rm -rf var/*.sqlite3* var/broker
+
+## The fault verifier (docs/reliability.md): seeded faults on a PostgreSQL cluster of its own,
+## then every invariant checked; exits non-zero when one fails. CHAOS_SECONDS of faults.
+CHAOS_SECONDS ?= 1800
+CHAOS_SEED ?= 1
+.PHONY: chaos chaos-smoke chaos-deps
+
+chaos: venv chaos-deps
+	$(BIN)/python manage.py chaos --seconds $(CHAOS_SECONDS) --seed $(CHAOS_SEED) --report var/chaos-report.json
+
+## About two minutes of the same, for CI.
+chaos-smoke: venv chaos-deps
+	$(BIN)/python manage.py chaos --seconds 75 --seed $(CHAOS_SEED) --report var/chaos-smoke-report.json
+
+chaos-deps:
+	@command -v faketime >/dev/null || apt-get install -y faketime
+
+## Benchmarks against peers (bench/README.md), in an environment of their own under var/:
+## `make bench` is the quick profile (under 10 minutes on 2 cores), `make bench-full` the full one.
+## Both need PostgreSQL (127.0.0.1:5432) and Redis (127.0.0.1:6379); reports go to bench/results/.
+BENCH_VENV := var/bench-venv
+BENCH_PY := $(BENCH_VENV)/bin/python
+.PHONY: bench bench-full bench-venv
+
+$(BENCH_VENV)/.installed: pyproject.toml bench/requirements.txt
+	test -x $(BENCH_PY) || $(PY) -m venv $(BENCH_VENV) || python3 -m venv $(BENCH_VENV)
+	$(BENCH_PY) -m pip install -q --upgrade pip
+	$(BENCH_PY) -m pip install -q -e . -r bench/requirements.txt
+	touch $@
+
+bench-venv: $(BENCH_VENV)/.installed
+
+bench: bench-venv
+	PYTHONPATH=. $(BENCH_PY) -m bench.run --profile quick
+
+bench-full: bench-venv
+	PYTHONPATH=. $(BENCH_PY) -m bench.run --profile full

@@ -1,0 +1,23 @@
+"""The fault verifier: a seeded fault-injection run that checks the guarantees with figures.
+
+``manage.py chaos --seconds N --seed S`` builds a system of its own — a PostgreSQL cluster in a
+temporary folder, the demo destinations, several executors and schedulers, a TCP proxy
+between each executor and the database — runs a mixed workload of every effect mode while a
+seeded nemesis injects faults, heals everything, lets the work drain, and then checks the
+invariants of ``docs/reliability.md`` (I1-I12) against the database, the executors' event
+logs and the destinations' own records.
+
+Modules, bottom to top: :mod:`.plan` (the run's parameters), :mod:`.cluster` (the database),
+:mod:`.proxy` (the links), :mod:`.skew` and :mod:`.fleet` (child processes, some on offset
+clocks), :mod:`.nemesis` (faults), :mod:`.jobs` and :mod:`.workload` (what runs),
+:mod:`.badinput` (the hostile-input sweep), :mod:`.truth` and :mod:`.evidence` (what the run
+left behind), :mod:`.checker` (the verdicts), :mod:`.report` (the figures) and :mod:`.run`
+(the whole run). Nothing here is imported by the scheduler itself; the executors' only hook
+is ``TENURE_EVENT_LOG`` (:func:`scheduler_core.store.log_event`).
+"""
+
+from __future__ import annotations
+
+from .plan import Plan
+
+__all__ = ["Plan"]

@@ -1,0 +1,70 @@
+"""The parameters of one verifier run, with the defaults ``make chaos`` uses."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+FAULT_KINDS: tuple[str, ...] = (
+    "kill",
+    "pause_long",
+    "pause_short",
+    "term",
+    "backend_kill",
+    "pg_restart",
+    "pg_down",
+    "blackhole",
+    "drop_replies",
+)
+"""Every fault the nemesis knows (see :mod:`scheduler_core.chaos.nemesis`)."""
+
+NEGATIVE_FAULTS: tuple[str, ...] = ("pause_long", "pg_restart")
+"""The faults a negative-control run injects: enough to show what the disabled guard lets
+through (a resumed stale attempt, acknowledged commits lost in a crash)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Plan:
+    """One run: how long, which seed, which faults, how big the system under test is."""
+
+    seconds: float = 1800.0
+    """Length of the fault phase; the drain and the checks come after it."""
+    seed: int = 1
+    negative_control: bool = False
+    """Switch the fence check off in the executors and run PostgreSQL with
+    ``synchronous_commit=off``: the checker must then report failures."""
+    executors: int = 3
+    concurrency: int = 4
+    schedulers: int = 2
+    rate: float = 3.0
+    """Jobs enqueued per second during the fault phase."""
+    long_share: float = 0.12
+    """Share of jobs that work longer than a lease before their effect (renewals, and a
+    replacement still running when a paused owner resumes)."""
+    lease_seconds: int = 4
+    reap_grace: float = 1.0
+    sweep_interval: float = 0.5
+    faults: tuple[str, ...] = FAULT_KINDS
+    fault_gap: tuple[float, float] = (1.0, 3.0)
+    """Seconds between one fault's heal and the next fault, drawn uniformly."""
+    pg_port: int = 55433
+    """Port of the run's own PostgreSQL cluster (0 picks a free one)."""
+    clock_offsets: tuple[str, ...] = ("+5m", "-5m")
+    """``faketime`` offsets given to the first executors (and the first scheduler, reversed);
+    the rest run on the real clock."""
+    drain_timeout: float = 240.0
+    bad_input: bool = True
+    """Run the hostile-input sweep (API, broker, dashboard) after the drain."""
+    redis_url: str = "redis://127.0.0.1:6379/14"
+    """Broker for the sweep's Celery worker; the sweep touches only keys named after its own
+    queue, so a shared Redis is left as it was."""
+    workdir: Path | None = None
+    keep: bool = False
+    """Keep the run's folder (database, logs, event logs) after it ends."""
+    extra_env: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def recovery_bound(self) -> float:
+        """Seconds from an owner's last renewal to the reaper moving its job on: the lease,
+        the reaper's grace and one sweep interval."""
+        return self.lease_seconds + self.reap_grace + self.sweep_interval

@@ -1,0 +1,125 @@
+"""The checker's results as a plain-text report (the JSON is written as is)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def _kv(d: dict[str, Any]) -> str:
+    return ", ".join(f"{k} {v}" for k, v in d.items()) or "-"
+
+
+def _fig(d: dict[str, Any]) -> str:
+    return f"n={d.get('n', 0)} p50={d.get('p50', 0)}s p95={d.get('p95', 0)}s max={d.get('max', 0)}s"
+
+
+def _share(d: dict[str, Any]) -> str:
+    return f"n={d.get('n', 0)} p50={d.get('p50', 0)} p95={d.get('p95', 0)} max={d.get('max', 0)}"
+
+
+def _ids(ids: list[Any]) -> str:
+    return (
+        (" [" + ", ".join(str(i) for i in ids[:12]) + (" ..." if len(ids) > 12 else "") + "]")
+        if ids
+        else ""
+    )
+
+
+def render(r: dict[str, Any]) -> str:
+    """The report: the run, each section's figures, then one verdict line per invariant."""
+    p, run, jobs = r["plan"], r["run"], r["jobs"]
+    lines = [
+        "",
+        "=" * 78,
+        f"Tenure fault verifier — seed {p.get('seed')}, {p.get('seconds')}s of faults"
+        + (
+            " — NEGATIVE CONTROL (fence off, synchronous_commit off)"
+            if p.get("negative_control")
+            else ""
+        ),
+        "=" * 78,
+        f"system: {p.get('executors')} executors x{p.get('concurrency')}, {p.get('schedulers')} "
+        f"schedulers, lease {p.get('lease_seconds')}s, grace {p.get('reap_grace')}s, sweep "
+        f"{p.get('sweep_interval')}s, {p.get('rate')} jobs/s; offset clocks: "
+        f"{', '.join(run.get('clocks', [])) or 'none (faketime missing)'}",
+        f"faults injected: {_kv(run['faults'])} (could not inject: {run['fault_errors']})",
+        f"phases (s): {_kv(run['phases'])}; processes started: {run['processes_started']}",
+        "",
+        "jobs",
+        f"  enqueued {jobs['enqueued']}: acknowledged {jobs['acknowledged']}, outcome unknown "
+        f"{jobs['outcome_unknown']} (found committed {jobs['outcome_unknown_found_committed']}), "
+        f"rolled back on purpose {jobs['rolled_back_on_purpose']}, repeats {jobs['repeats']}",
+        f"  lost {len(jobs['lost'])}{_ids(jobs['lost'])}; unexpected {len(jobs['unexpected'])}"
+        f"{_ids(jobs['unexpected'])}; effects without a job {len(jobs['effects_without_job'])}",
+        f"  completions seen by executors {jobs['completions_seen_by_executors']}, missing from "
+        f"the database {len(jobs['completions_lost'])}{_ids(jobs['completions_lost'])}",
+        f"  terminal: {_kv(r['terminal']['states'])}",
+    ]
+    for mode, states in r["terminal"]["by_mode"].items():
+        lines.append(f"    {mode:14} {_kv(states)}")
+    for reason, n in r["terminal"]["reasons"].items():
+        lines.append(f"    {n:5}  {reason}")
+    lines += ["", "effects at the destinations (ground truth) per mode"]
+    for mode, m in r["effects"]["by_mode"].items():
+        lines.append(
+            f"  {mode:14} jobs {m['jobs']}, effects {m['effects']}, duplicated jobs "
+            f"{m['duplicate_jobs']} (+{m['extra_effects']}), succeeded without effect "
+            f"{m['succeeded_without_effect']}, failed with effect {m['failed_with_effect']}"
+        )
+        if m["causes"]:
+            lines.append(f"  {'':14} duplicate causes: {_kv(m['causes'])}")
+    s = r["stale_writes"]
+    lines += ["", "stale writes (attempted / refused / accepted)"]
+    for kind, v in s["by_kind"].items():
+        lines.append(f"  {kind:22} {v['attempted']:5} / {v['refused']:5} / {v['accepted']:5}")
+    lines.append(
+        f"  overlapping lease grants (database clock): {s['overlapping_grants_total']}; "
+        f"refusals in executors' event logs: {_kv(s['refusals_in_event_logs'])}"
+    )
+    a = r["attempts"]
+    lines += [
+        "",
+        f"attempts per job: mean {a['mean']}, max {a['max']}, histogram {_kv(a['histogram'])}",
+        f"  attempt outcomes: {_kv(a['outcomes'])}",
+        "",
+        f"ambiguous outcomes: {r['ambiguity']['ambiguous_attempts']} indeterminate attempts",
+    ]
+    for mode, res in r["ambiguity"]["resolutions"].items():
+        for how, n in res.items():
+            lines.append(f"  {mode:14} {n:5}  {how}")
+    rec = r["recovery"]
+    lines += [
+        "",
+        f"recovery (last renewal -> reaper, database clock): {_fig(rec['recovery_s'])}; "
+        f"bound {rec['bound_s']}s (+{rec['tolerance_s']}s tolerance); over bound "
+        f"{len(rec['over_bound'])}{_ids(rec['over_bound'])}",
+        f"  {rec['reaped_after_db_outage']} more were due while the database was down; after it "
+        f"returned: {_fig(rec['after_db_return_s'])} (bound {rec['after_db_return_bound_s']}s: "
+        "the maintenance loop's reconnect backoff + sweep)",
+        f"  next claim after last renewal: {_fig(rec['next_claim_after_last_renewal_s'])}",
+        f"  false rescues after short pauses: {len(rec['false_rescues'])}; SIGTERM exit "
+        f"{_fig(rec['sigterm_exit_s'])}, forced {rec['sigterm_forced']}, attempts released "
+        f"{rec['released_on_sigterm']}; not drained {len(rec['not_drained'])}",
+        f"classification: planned {_kv(r['classification']['planned'])}",
+        f"  by error type: {_kv(r['classification']['by_error_type'])}",
+        f"busy loop: {r['busy_loop'].get('outages_measured', 0)} database outages measured; "
+        f"CPU share of a core per process while down: {_share(r['busy_loop'].get('cpu_share', {}))}"
+        f"; busiest: {', '.join(r['busy_loop'].get('busiest', [])) or '-'}",
+    ]
+    sweep = r.get("bad_input") or {}
+    if sweep:
+        lines += ["", "hostile input"]
+        for c in sweep.get("input", []) + sweep.get("operator", []):
+            mark = "ok " if c.get("ok") else "BAD"
+            lines.append(f"  {mark} {c['case']}: {c.get('observed', '')}"[:150])
+    lines += ["", "verdicts"]
+    for key, v in sorted(r["verdicts"].items(), key=lambda kv: int(kv[0][1:])):
+        mark = {"pass": "PASS", "fail": "FAIL", "not run": "----"}[v["status"]]
+        lines.append(f"  {mark} {key:4} {v['title']}")
+        lines.append(f"       {v['detail']}{_ids(v['offenders'])}")
+    lines += [
+        "",
+        "RESULT: " + ("every invariant held" if r["passed"] else "AN INVARIANT FAILED"),
+        "",
+    ]
+    return "\n".join(lines)

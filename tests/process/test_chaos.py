@@ -1,0 +1,79 @@
+"""The fault verifier (``manage.py chaos``) judged on itself: a short seeded run with every
+fault kind passes every invariant, and a negative control — the fence check switched off and
+``synchronous_commit=off`` with immediate restarts — is caught.
+
+Each run builds its own PostgreSQL cluster, so these do not touch the test database; they are
+marked ``postgres`` to run once, in the PostgreSQL pass. ``TENURE_CHAOS_SECONDS`` lengthens
+the fault phase (default 15 s).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = [pytest.mark.process, pytest.mark.postgres]
+
+ROOT = Path(__file__).resolve().parents[2]
+SECONDS = os.environ.get("TENURE_CHAOS_SECONDS", "15")
+PG_BIN = Path(os.environ.get("TENURE_CHAOS_PG_BIN", "/usr/lib/postgresql/15/bin"))
+
+needs_cluster = pytest.mark.skipif(
+    not (PG_BIN / "initdb").exists() or (os.geteuid() == 0 and not shutil.which("runuser")),
+    reason="needs PostgreSQL server binaries to build a cluster of its own",
+)
+
+
+def chaos(tmp_path: Path, *args: str) -> tuple[int, str, dict[str, Any]]:
+    """Run ``manage.py chaos`` in a child process; its exit status, output and JSON report."""
+    report = tmp_path / "report.json"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TENURE_", "PG"))}
+    env.update(DJANGO_SETTINGS_MODULE="config.settings", PYTHONPATH=str(ROOT))
+    cmd = [sys.executable, str(ROOT / "manage.py"), "chaos", "--seconds", SECONDS]
+    cmd += ["--pg-port", "0", "--report", str(report), *args]
+    proc = subprocess.run(
+        cmd,
+        env=env,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        timeout=280,
+        check=False,
+    )
+    out = proc.stdout.decode("utf-8", "replace")
+    results = json.loads(report.read_text()) if report.exists() else {}
+    return proc.returncode, out, results
+
+
+def failing(results: dict[str, Any]) -> dict[str, str]:
+    return {k: v["detail"] for k, v in results.get("verdicts", {}).items() if v["status"] == "fail"}
+
+
+@needs_cluster
+def test_short_seeded_run_with_every_fault_kind_passes_every_invariant(tmp_path: Path) -> None:
+    code, out, results = chaos(tmp_path, "--seed", "7")
+    assert code == 0, out[-6000:]
+    assert not failing(results)
+    assert results["jobs"]["acknowledged"] > 20
+    assert sum(results["run"]["faults"].values()) >= 3
+    # The hostile-input sweep ran and every case was refused.
+    assert results["verdicts"]["I10"]["status"] == "pass", out[-3000:]
+
+
+@needs_cluster
+def test_negative_control_without_fence_and_durable_commits_is_caught(tmp_path: Path) -> None:
+    # A little longer than the normal run: each kind of fault must land at least twice.
+    seconds = str(int(SECONDS) + 5)
+    code, out, results = chaos(
+        tmp_path, "--seed", "2", "--negative-control", "--no-bad-input", "--seconds", seconds
+    )
+    assert code == 1, out[-6000:]
+    assert failing(results), out[-3000:]
+    assert results["plan"]["negative_control"] is True
