@@ -56,6 +56,14 @@ def database_from_url(url: str) -> dict[str, Any]:
                 # A blocked completion must time out and be retried, never hang (lock_timeout);
                 # a paused executor's open transaction is ended by the server.
                 "options": "-c lock_timeout=10000 -c idle_in_transaction_session_timeout=60000",
+                # A silent network (blackholed link) fails a call instead of hanging it, so the
+                # heartbeat thread can self-fence by its own clock.
+                "connect_timeout": 5,
+                "keepalives": 1,
+                "keepalives_idle": 5,
+                "keepalives_interval": 2,
+                "keepalives_count": 3,
+                "tcp_user_timeout": 10000,
             },
             "TEST": {"NAME": os.environ.get("TENURE_TEST_DB_NAME", "test_tenure")},
         }

@@ -491,12 +491,31 @@ class Worker:
         signal.signal(signal.SIGTERM, self.request_stop)
         signal.signal(signal.SIGINT, self.request_stop)
 
+    def _register(self) -> None:
+        """Write the executor's liveness row, waiting (with backoff, never spinning) for a
+        database that is not up yet, so executors may start before it."""
+        backoff = 0.5
+        while True:
+            try:
+                store.executor_started(
+                    self.executor_id,
+                    transport="polling",
+                    queues=self.queues,
+                    concurrency=self.concurrency,
+                )
+                return
+            except DatabaseError as e:
+                if self._stopping.is_set():
+                    raise
+                log.warning("database unreachable at start (%s); retrying in %.1fs", e, backoff)
+                db_connection.close()
+                self._stopping.wait(backoff)
+                backoff = min(10.0, backoff * 2)
+
     # -- loop -----------------------------------------------------------------------------
     def run(self) -> WorkerStats:
         """Run until stopped (or, in burst mode, until nothing is due and nothing runs)."""
-        store.executor_started(
-            self.executor_id, transport="polling", queues=self.queues, concurrency=self.concurrency
-        )
+        self._register()
         log.info(
             "executor %s: queues=%s concurrency=%d", self.executor_id, self.queues, self.concurrency
         )

@@ -84,7 +84,8 @@ class Maintenance:
                 if result["reaped"] or result["hinted"] or result["scheduled"]:
                     log.info("maintenance: %s", result)
             except DatabaseError as e:
-                backoff = min(30.0, max(0.5, backoff * 2))
+                # Capped low: expired leases are rescued soon after the database returns.
+                backoff = min(5.0, max(0.5, backoff * 2))
                 log.warning("maintenance round failed (%s); next in %.1fs", e, backoff)
                 db_connection.close()
             done += 1
