@@ -20,8 +20,8 @@ ROOT = Path(__file__).resolve().parent.parent
 PY = sys.executable
 BIN = Path(PY).parent
 WEB = os.environ.get("TENURE_DEMO_WEB", "127.0.0.1:8000")
-HTTP_PORT = os.environ.get("TENURE_DEMO_PROVIDER_PORT", "8025")
-SMTP_PORT = os.environ.get("TENURE_DEMO_SMTP_PORT", "8026")
+HTTP_PORT = os.environ.get("TENURE_DEMO_PROVIDER_PORT", "8765")
+SMTP_PORT = os.environ.get("TENURE_DEMO_SMTP_PORT", "8025")
 
 
 def _env() -> dict[str, str]:
@@ -29,8 +29,9 @@ def _env() -> dict[str, str]:
     env.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
     env.setdefault("TENURE_TRANSPORT", "celery")
     env.setdefault("CELERY_BROKER_URL", "filesystem://")
-    env.setdefault("TENURE_DEMO_PROVIDER_URL", f"http://127.0.0.1:{HTTP_PORT}")
-    env.setdefault("TENURE_DEMO_SMTP", f"127.0.0.1:{SMTP_PORT}")
+    # Where the demo jobs find the demo destinations (demo/clients.py).
+    env.setdefault("DEMO_PAY_URL", f"http://127.0.0.1:{HTTP_PORT}")
+    env.setdefault("DEMO_SMTP", f"127.0.0.1:{SMTP_PORT}")
     env["PYTHONUNBUFFERED"] = "1"
     return env
 
@@ -104,7 +105,7 @@ def main() -> int:
     print(
         f"""
 Tenure is running on the embedded default (SQLite under var/, Celery on the filesystem broker).
-  Dashboard:   http://{WEB}/ops/      (operator / operator-demo; viewer / viewer-demo)
+  Dashboard:   http://{WEB}/ops/      (log in with the operator or viewer account printed above)
   Admin:       http://{WEB}/admin/    (read-only model browser)
   Status:      {PY} manage.py jobs_status --json
   Guarantees:  {PY} manage.py jobs_guarantees
