@@ -45,7 +45,11 @@ class Job(models.Model):
     lease_seconds = models.IntegerField(default=30)
     unique_key = models.CharField(max_length=300, null=True, blank=True, unique=True)
     effect = models.CharField(max_length=20, choices=MODE_CHOICES, default="at_least_once")
-    next_kind = models.CharField(max_length=10, default="run", help_text="run or reconcile.")
+    next_kind = models.CharField(
+        max_length=10,
+        default="run",
+        help_text="Kind of the next attempt: run, reconcile or fallback.",
+    )
     version = models.IntegerField(default=1, help_text="Optimistic check for operator actions.")
     schedule = models.ForeignKey(
         "Schedule", null=True, blank=True, on_delete=models.SET_NULL, related_name="jobs"
