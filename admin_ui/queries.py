@@ -10,7 +10,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from django.db.models import Q, QuerySet
+from django.db.models import Exists, OuterRef, Q, QuerySet
 
 from scheduler_core import health, registry
 from scheduler_core.models import Attempt, AuditEntry, Effect, Job
@@ -87,16 +87,18 @@ def page(jobs: QuerySet[Job], *, before: int | None, limit: int) -> Page:
 def bulk_targets(f: JobFilter, action: str) -> QuerySet[Job]:
     """The jobs a bulk ``action`` over filter ``f`` would change.
 
-    Bulk retry covers failed jobs only: an indeterminate job needs the fact its operator
+    Bulk retry covers failed jobs whose ledger holds no effect of unknown outcome: an
+    indeterminate job, or a failed one with such an effect, needs the fact its operator
     verified, one job at a time. Bulk cancel covers every state cancel may leave.
     """
     if action == "retry":
-        states = [State.FAILED]
-    elif action == "cancel":
-        states = [State.WAITING, State.FAILED, State.INDETERMINATE]
-    else:
-        raise ValueError(f"no bulk action {action!r}")
-    return f.queryset().filter(state__in=states)
+        unsettled = Effect.objects.filter(
+            job=OuterRef("pk"), state__in=[Effect.INTENDED, Effect.UNKNOWN]
+        )
+        return f.queryset().filter(state=State.FAILED).exclude(Exists(unsettled))
+    if action == "cancel":
+        return f.queryset().filter(state__in=[State.WAITING, State.FAILED, State.INDETERMINATE])
+    raise ValueError(f"no bulk action {action!r}")
 
 
 def _rows(table: dict[str, dict[str, int]]) -> list[dict[str, Any]]:

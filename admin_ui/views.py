@@ -230,6 +230,17 @@ def _bulk_action_name(action: str) -> str:
     return action
 
 
+def _narrow_filter(request: HttpRequest, back: str) -> HttpResponse:
+    """The answer to a bulk action whose filter is invalid or empty."""
+    return _problem(
+        request,
+        status=400,
+        title="Narrow the filter",
+        message="A bulk action needs a valid, non-empty filter.",
+        back=back,
+    )
+
+
 @dashboard_view(operate=True)
 def bulk_confirm(request: HttpRequest, action: str) -> HttpResponse:
     """The bulk confirmation step: how many jobs match now; the operator types that number."""
@@ -237,13 +248,7 @@ def bulk_confirm(request: HttpRequest, action: str) -> HttpResponse:
     filter_form = JobFilterForm(request.GET)
     back = reverse("admin_ui:job_list")
     if not filter_form.is_valid() or not filter_form.job_filter().active:
-        return _problem(
-            request,
-            status=400,
-            title="Narrow the filter",
-            message="A bulk action needs a valid, non-empty filter.",
-            back=back,
-        )
+        return _narrow_filter(request, back)
     f = filter_form.job_filter()
     count = queries.bulk_targets(f, action).count()
     context = {
@@ -268,13 +273,7 @@ def bulk_action(request: HttpRequest, action: str) -> HttpResponse:
     form = BulkActionForm(request.POST)
     back = reverse("admin_ui:job_list")
     if not filter_form.is_valid() or not filter_form.job_filter().active:
-        return _problem(
-            request,
-            status=400,
-            title="Narrow the filter",
-            message="A bulk action needs a valid, non-empty filter.",
-            back=back,
-        )
+        return _narrow_filter(request, back)
     f = filter_form.job_filter()
     back = f"{back}?{urlencode(f.params())}"
     if not form.is_valid():

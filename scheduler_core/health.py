@@ -127,7 +127,8 @@ def succeeded_recently() -> int:
 def state_counts_grouped() -> list[dict[str, Any]]:
     """Job counts per (queue, name, state) in one scan: the overview derives its per-state,
     per-queue and per-type tables from these rows."""
-    return list(Job.objects.values("queue", "name", "state").annotate(n=Count("id")))
+    rows = Job.objects.values("queue", "name", "state").annotate(n=Count("id"))
+    return [dict(r) for r in rows]
 
 
 def fold_counts(rows: list[dict[str, Any]], field: str | None) -> Any:

@@ -64,3 +64,15 @@ def test_resolving_as_succeeded_always_needs_verified_applied() -> None:
     )
     assert done.job.state == "succeeded"
     assert Effect.objects.get(job=j).state == Effect.APPLIED
+
+
+def test_bulk_retry_leaves_out_failed_jobs_whose_effect_outcome_is_unknown() -> None:
+    from admin_ui.queries import JobFilter, bulk_targets
+
+    unknown = _failed_with_unsettled_effect()
+    plain = jobs.noop.enqueue()
+    [lease] = store.claim(executor="t:1:b")
+    store.finish(lease, Decision(transition=states.FAIL, reason="permanent"), outcome="failed")
+    targets = set(bulk_targets(JobFilter(state="failed"), "retry").values_list("pk", flat=True))
+    assert targets == {plain.pk}
+    assert unknown.pk not in targets
