@@ -16,7 +16,7 @@ from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
 
-from scheduler_core import store
+from scheduler_core import conf, store
 from scheduler_core.exceptions import ActionConflict, ActionRefused
 from scheduler_core.models import Effect, Job
 
@@ -87,7 +87,13 @@ def overview(request: HttpRequest) -> HttpResponse:
         {"key": k, "tone": tone, "label": label, "help": help_, "count": o["health"][k]}
         for k, tone, label, help_ in CATEGORIES
     ]
-    context = {"o": o, "cards": cards, "states": list(o["states"].items()), "nav": "overview"}
+    context = {
+        "o": o,
+        "cards": cards,
+        "states": list(o["states"].items()),
+        "nav": "overview",
+        "counts_refresh": int(conf.get().COUNTS_REFRESH_SECONDS),
+    }
     return render(request, _template(request, "admin_ui/overview.html", "live"), context)
 
 

@@ -73,7 +73,7 @@ class Profile:
 
 
 PROFILES = {
-    # Within 10 minutes on 2 cores: short rounds, two worker counts, a smaller store.
+    # Within 10 minutes on 2 cores: short rounds, two worker counts, one attempt per job.
     "quick": Profile(
         name="quick",
         rounds=3,
@@ -85,8 +85,8 @@ PROFILES = {
         cost_jobs=200,
         latency_rate=50.0,
         latency_seconds=2.0,
-        dashboard_jobs=200_000,
-        dashboard_attempts_per_job=3,
+        dashboard_jobs=1_000_000,
+        dashboard_attempts_per_job=1,
         dashboard_requests=12,
         pgbench_seconds=4,
     ),

@@ -163,6 +163,9 @@ CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = False
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# A lost broker connection must not cancel running attempts: each holds a lease in the
+# database and ends through the write seam; its hint is only a wake-up, re-sent if lost.
+CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = False
 # Celery's Django integration would close the database connection before and after every
 # task (a new connection per job); the adapter drops a broken one itself before each message.
 CELERY_DB_REUSE_MAX = 1000

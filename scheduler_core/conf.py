@@ -44,6 +44,26 @@ class TenureSettings:
     """Prefix of every queue's name on the broker (Celery and RQ): a worker serves
     ``<prefix><queue>``, so deployments or test runs sharing one broker never take each
     other's hints."""
+    BROKER_QUEUES: tuple[str, ...] = ()
+    """With a broker transport: the queues announced through the broker (empty: every queue).
+    Queues left out get no broker message; broker-less executors (``run_executor``) serve
+    them from the database, so one deployment can run some queues on Celery or RQ and the
+    rest without a broker."""
+    RETAIN_SUCCEEDED_SECONDS: float = 7 * 24 * 3600.0
+    """``run_scheduler`` deletes succeeded jobs (with their attempts and ledger rows) this long
+    after they finished; 0 keeps them forever. A job's ``unique_key`` deduplicates enqueues
+    only while the job is kept."""
+    RETAIN_FAILED_SECONDS: float = 30 * 24 * 3600.0
+    """The same for failed jobs; 0 keeps them forever. Jobs an operator acted on, and
+    indeterminate jobs, are never deleted."""
+    PRUNE_BATCH: int = 1000
+    """The most jobs of each state one maintenance round deletes."""
+    COUNTS_REFRESH_SECONDS: float = 30.0
+    """How often ``run_scheduler`` refreshes the count of succeeded jobs the dashboard shows
+    once the job table is too big to count on every page load."""
+    EXACT_COUNTS_BELOW: int = 200_000
+    """Below this many jobs (the database's estimate) the dashboard counts succeeded jobs
+    exactly on each load; above, it shows the last refreshed count and its age."""
     EXECUTOR_STALE_SECONDS: float = 30.0
     STUCK_AFTER_SECONDS: float = 60.0
     FAILING_REPEATEDLY_ATTEMPTS: int = 3

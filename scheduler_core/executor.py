@@ -48,6 +48,7 @@ class _Active:
     started: float
     last_renewed: float
     timeout: float | None
+    late_logged: bool = False
 
 
 class Heartbeater:
@@ -83,8 +84,11 @@ class Heartbeater:
 
     def add(self, ctx: JobContext, timeout: float | None = None) -> None:
         now = time.monotonic()
+        # Renewals count from when the claim was sent, not from now: the claim may have
+        # waited in this process (a busy interpreter) before its attempt started.
+        granted = ctx.lease.granted_at or now
         with self._lock:
-            self._active[ctx.lease.attempt_id] = _Active(ctx, now, now, timeout)
+            self._active[ctx.lease.attempt_id] = _Active(ctx, now, min(granted, now), timeout)
 
     def remove(self, ctx: JobContext) -> None:
         with self._lock:
@@ -117,9 +121,26 @@ class Heartbeater:
                 continue
             if now - a.last_renewed < lease_s * fraction:
                 continue
+            # The database computes the new expiry while running the statement, so the time
+            # it was sent is a lower bound: the next renewal and the self-fence count from it.
+            sent = time.monotonic()
+            late = sent - a.last_renewed - lease_s * fraction
+            if late > lease_s * 0.25 and not a.late_logged:
+                a.late_logged = True
+                log.warning("job %s: lease renewal %.2fs late", ctx.job_id, late)
+                store.log_event(
+                    "heartbeat_late", job=ctx.job_id, fence=ctx.lease.fence, late=round(late, 3)
+                )
             try:
                 store.heartbeat(ctx.lease)
-                a.last_renewed = time.monotonic()
+                a.last_renewed = sent
+                a.late_logged = False
+                took = time.monotonic() - sent
+                if took > lease_s * 0.25:
+                    log.warning("job %s: lease renewal took %.2fs", ctx.job_id, took)
+                    store.log_event(
+                        "heartbeat_slow", job=ctx.job_id, fence=ctx.lease.fence, took=round(took, 3)
+                    )
             except StaleAttempt as e:
                 metrics.stale_refused(e.write)
                 store.record_stale(e, self.executor_id)
@@ -239,17 +260,44 @@ class _Undecided(Exception):
     """The transaction being read back is still in progress on the server."""
 
 
+class NextClaim:
+    """Claim the executor's next job inside a successful attempt's completion transaction.
+
+    One commit then ends one job and leases the next (one commit per job instead of two),
+    with the same ownership decision as :func:`scheduler_core.store.claim`: the claimed rows
+    commit with the completion or not at all. ``got`` holds the new leases only once that
+    transaction is known to have committed (read back when the connection broke during
+    ``COMMIT``); a rolled-back or undecided transaction leaves it empty.
+    """
+
+    def __init__(self, claim: Callable[[], list[store.Lease]]) -> None:
+        self._claim = claim
+        self._pending: list[store.Lease] = []
+        self.got: list[store.Lease] = []
+
+    def claim_in_transaction(self) -> None:
+        """Run the claim inside the open completion transaction (each try starts afresh)."""
+        self._pending = []
+        self._pending = self._claim()
+
+    def committed(self) -> None:
+        """The completion transaction committed: its claims stand."""
+        self.got, self._pending = self._pending, []
+
+
 def run_lease(
     lease: store.Lease,
     *,
     heartbeater: Heartbeater | None = None,
     rng: random.Random | None = None,
+    next_claim: NextClaim | None = None,
 ) -> str:
     """Run one claimed attempt and record its end through the write seam.
 
     Returns the attempt's outcome (``succeeded``, ``retried``, ``failed``, ``indeterminate``,
     ``snoozed`` or ``stale``). A refused write stops the attempt; nothing more is written for
-    it and the refusal is recorded.
+    it and the refusal is recorded. With ``next_claim``, a successful attempt's completion
+    transaction also claims the executor's next job (see :class:`NextClaim`).
     """
     rng = rng or random.Random()
     ctx = JobContext(lease)
@@ -268,7 +316,7 @@ def run_lease(
             )
         if lease.kind == outcomes.Kind.RECONCILE:
             return _reconcile(ctx, jt, rng)
-        return _run(ctx, jt, rng)
+        return _run(ctx, jt, rng, next_claim)
     except StaleAttempt as e:
         metrics.stale_refused(e.write)
         store.record_stale(e, lease.executor)
@@ -286,7 +334,9 @@ def _handler(jt: registry.JobType, kind: str) -> Callable[..., Any]:
     return jt.func
 
 
-def _run(ctx: JobContext, jt: registry.JobType, rng: random.Random) -> str:
+def _run(
+    ctx: JobContext, jt: registry.JobType, rng: random.Random, nxt: NextClaim | None = None
+) -> str:
     lease = ctx.lease
     handler = _handler(jt, lease.kind)
     try:
@@ -302,12 +352,23 @@ def _run(ctx: JobContext, jt: registry.JobType, rng: random.Random) -> str:
                 handler(ctx, **lease.payload)
                 failpoints.hit("before_complete")
                 store.complete(lease)
+                if nxt is not None:
+                    nxt.claim_in_transaction()
 
             _complete_read_back(lease, commit_all, tries=1)
         else:
             handler(ctx, **lease.payload)
             failpoints.hit("before_complete")
-            _complete_read_back(lease, lambda: store.complete(lease), xid_from_fn=True)
+
+            def complete() -> int | None:
+                xid = store.complete(lease)
+                if nxt is not None:
+                    nxt.claim_in_transaction()
+                return xid
+
+            _complete_read_back(lease, complete, xid_from_fn=True)
+        if nxt is not None:
+            nxt.committed()
         return "succeeded"
     except StaleAttempt:
         raise
@@ -462,6 +523,7 @@ class Worker:
         grace: float | None = None,
         burst: bool = False,
         executor_id: str | None = None,
+        claim_next: bool = True,
     ) -> None:
         s = conf.get()
         self.queues = list(queues)
@@ -469,6 +531,8 @@ class Worker:
         self.poll_interval = s.POLL_INTERVAL if poll_interval is None else poll_interval
         self.grace = s.SHUTDOWN_GRACE_SECONDS if grace is None else grace
         self.burst = burst
+        self.claim_next = claim_next
+        """Claim the next job in each successful attempt's completion transaction."""
         self.executor_id = executor_id or store.new_executor_id("exec")
         self.heartbeater = Heartbeater(self.executor_id)
         self.stats = WorkerStats()
@@ -561,36 +625,64 @@ class Worker:
     def _claim(self, free: int) -> int:
         leases = store.claim(executor=self.executor_id, queues=self.queues, limit=free)
         for lease in leases:
-            with self._busy_lock:
-                self._busy += 1
-            self.stats.claimed += 1
-            store.log_event("claim", job=lease.job_id, fence=lease.fence, attempt_kind=lease.kind)
+            self._took(lease)
             self._todo.put(lease)
         if leases:
             metrics.claimed(len(leases))
         return len(leases)
 
+    def _took(self, lease: store.Lease) -> None:
+        """Count a committed claim against this executor's slots."""
+        with self._busy_lock:
+            self._busy += 1
+        self.stats.claimed += 1
+        store.log_event("claim", job=lease.job_id, fence=lease.fence, attempt_kind=lease.kind)
+
+    def _next_claim(self) -> NextClaim | None:
+        """A claim of one more job for the slot an attempt is about to free, made in that
+        attempt's completion transaction; none while stopping."""
+        if self._stopping.is_set() or not self.claim_next:
+            return None
+        return NextClaim(
+            lambda: store.claim(executor=self.executor_id, queues=self.queues, limit=1)
+        )
+
     def _work(self) -> None:
         rng = random.Random()
         while True:
-            lease = self._todo.get()
+            lease: store.Lease | None = self._todo.get()
             if lease is None:
                 break
-            try:
-                drop_connection_if_broken()
-                outcome = run_lease(lease, heartbeater=self.heartbeater, rng=rng)
-                self.stats.outcomes[outcome] = self.stats.outcomes.get(outcome, 0) + 1
-                store.log_event("end", job=lease.job_id, fence=lease.fence, outcome=outcome)
-            except Exception:
-                store.log_event("end", job=lease.job_id, fence=lease.fence, outcome="error")
-                # The database failed while ending the attempt: its lease will expire and the
-                # reaper moves it on. Nothing is lost, only delayed.
-                log.exception("job %s: could not record the attempt's end", lease.job_id)
-                db_connection.close()
-            finally:
-                with self._busy_lock:
-                    self._busy -= 1
-                self._wake.set()
+            # A finished attempt may hand this thread the next job, claimed in its completion
+            # transaction; the thread runs it at once, so its slot never sits idle.
+            while lease is not None:
+                nxt = self._next_claim()
+                try:
+                    drop_connection_if_broken()
+                    outcome = run_lease(
+                        lease, heartbeater=self.heartbeater, rng=rng, next_claim=nxt
+                    )
+                    self.stats.outcomes[outcome] = self.stats.outcomes.get(outcome, 0) + 1
+                    store.log_event("end", job=lease.job_id, fence=lease.fence, outcome=outcome)
+                except Exception:
+                    store.log_event("end", job=lease.job_id, fence=lease.fence, outcome="error")
+                    # The database failed while ending the attempt: its lease will expire and
+                    # the reaper moves it on. Nothing is lost, only delayed.
+                    log.exception("job %s: could not record the attempt's end", lease.job_id)
+                    db_connection.close()
+                finally:
+                    following = nxt.got if nxt is not None else []
+                    for extra in following:
+                        self._took(extra)
+                    if following:
+                        metrics.claimed(len(following))
+                    with self._busy_lock:
+                        self._busy -= 1
+                    if not following:
+                        self._wake.set()
+                lease = following[0] if following else None
+                for extra in following[1:]:
+                    self._todo.put(extra)
         db_connection.close()
 
     def _shutdown(self) -> None:

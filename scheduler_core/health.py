@@ -103,24 +103,40 @@ def health_q(category: str) -> Q:
     }[category]
 
 
-# Every health category but "succeeded recently" lies in these states; restricting the scan to
-# them keeps the counts proportional to live work, not to the whole history.
-_LIVE_STATES = [State.WAITING, State.LEASED, State.INDETERMINATE, State.FAILED]
+# The categories that are a whole state: counted by state (through the state index), not
+# row by row with the clock conditions the others need.
+_WHOLE_STATES = {"indeterminate": State.INDETERMINATE, "failed": State.FAILED}
 
 
 def health_counts() -> dict[str, int]:
     """Derived categories that tell normal waiting from abandoned or failing work."""
-    agg = Job.objects.filter(state__in=_LIVE_STATES).aggregate(
-        **{name: Count("id", filter=health_q(name)) for name in HEALTH_CATEGORIES}
+    timed = [c for c in HEALTH_CATEGORIES if c not in _WHOLE_STATES]
+    agg = Job.objects.filter(state__in=[State.WAITING, State.LEASED]).aggregate(
+        **{name: Count("id", filter=health_q(name)) for name in timed}
     )
-    return {k: int(v) for k, v in agg.items()}
+    whole = {
+        r["state"]: r["n"]
+        for r in Job.objects.filter(state__in=list(_WHOLE_STATES.values()))
+        .values("state")
+        .annotate(n=Count("id"))
+    }
+    out = {k: int(v) for k, v in agg.items()}
+    out.update({c: int(whole.get(st.value, 0)) for c, st in _WHOLE_STATES.items()})
+    return {c: out[c] for c in HEALTH_CATEGORIES}
 
 
 def succeeded_recently() -> int:
     """Jobs that succeeded within the last ``RECENT_SECONDS`` (by the database's clock)."""
     # updated_at is written with finished_at and only grows, so it bounds the scan through the
     # (state, updated_at) index; finished_at keeps the count exact.
-    since = DbNow(-RECENT_SECONDS)
+    # The bound is read from the database's clock first and passed as a value: an expression
+    # of clock_timestamp() (volatile) could not bound an index scan, and this would read
+    # every succeeded job.
+    import datetime as dt
+
+    from .dbclock import db_now
+
+    since = db_now() - dt.timedelta(seconds=RECENT_SECONDS)
     return Job.objects.filter(health_q("succeeded_recently"), updated_at__gt=since).count()
 
 
@@ -129,6 +145,50 @@ def state_counts_grouped() -> list[dict[str, Any]]:
     per-queue and per-type tables from these rows."""
     rows = Job.objects.values("queue", "name", "state").annotate(n=Count("id"))
     return [dict(r) for r in rows]
+
+
+def job_rows_estimate() -> int:
+    """The database's estimate of the job table's size (PostgreSQL's statistics, kept by
+    autovacuum); -1 when unknown (SQLite, or never analysed)."""
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        return -1
+    with connection.cursor() as cur:
+        cur.execute("SELECT reltuples::bigint FROM pg_class WHERE oid = 'tenure_job'::regclass")
+        row = cur.fetchone()
+    return int(row[0]) if row else -1
+
+
+def counts_are_snapshotted() -> bool:
+    """Whether the job table is big enough that succeeded jobs are counted by the scheduler's
+    snapshot rather than on each dashboard load (see ``EXACT_COUNTS_BELOW``)."""
+    return job_rows_estimate() >= conf.get().EXACT_COUNTS_BELOW
+
+
+def overview_counts() -> tuple[list[dict[str, Any]], Any]:
+    """Rows like :func:`state_counts_grouped` and the time the succeeded counts were taken
+    (None: counted just now).
+
+    On a big job table the succeeded rows come from the snapshot ``run_scheduler`` refreshes
+    every ``COUNTS_REFRESH_SECONDS``; every other state is counted live, through the state
+    index, because those sets stay small. With no snapshot yet, everything is counted live.
+    """
+    from django.db.models import Max
+
+    from .models import CountSnapshot
+
+    if not counts_are_snapshotted():
+        return state_counts_grouped(), None
+    snap: list[dict[str, Any]] = [
+        dict(r) for r in CountSnapshot.objects.values("queue", "name", "state", "n")
+    ]
+    taken = CountSnapshot.objects.aggregate(t=Max("taken_at"))["t"]
+    if taken is None:
+        return state_counts_grouped(), None
+    others = [s.value for s in State if s != State.SUCCEEDED]
+    live = Job.objects.filter(state__in=others).values("queue", "name", "state")
+    return [dict(r) for r in live.annotate(n=Count("id"))] + snap, taken
 
 
 def fold_counts(rows: list[dict[str, Any]], field: str | None) -> Any:

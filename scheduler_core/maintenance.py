@@ -48,6 +48,32 @@ def dispatch_once(*, limit: int = 500) -> int:
     return sent
 
 
+def prune_once() -> dict[str, int]:
+    """Delete one batch of succeeded and one of failed jobs past their retention (see
+    ``RETAIN_SUCCEEDED_SECONDS``); counts by state. One batch a round keeps rounds short, so
+    pruning never delays a rescue."""
+    s = conf.get()
+    out: dict[str, int] = {}
+    for state, keep in (
+        ("succeeded", s.RETAIN_SUCCEEDED_SECONDS),
+        ("failed", s.RETAIN_FAILED_SECONDS),
+    ):
+        if keep > 0:
+            n = store.prune_finished(state, keep, limit=s.PRUNE_BATCH)
+            if n:
+                out[state] = n
+    return out
+
+
+def refresh_counts() -> bool:
+    """Recount succeeded jobs for the dashboard when the table is big and the count is old."""
+    from . import health
+
+    if not health.counts_are_snapshotted():
+        return False
+    return store.refresh_count_snapshot(older_than=conf.get().COUNTS_REFRESH_SECONDS)
+
+
 def run_once() -> dict[str, Any]:
     """One round of every maintenance service."""
     from . import schedules
@@ -57,7 +83,15 @@ def run_once() -> dict[str, Any]:
     schedules.sync_code_schedules()
     fired = schedules.fire_due()
     hinted = dispatch_once()
-    return {"reaped": dict(reaped), "hinted": hinted, "scheduled": fired}
+    pruned = prune_once()
+    recounted = refresh_counts()
+    return {
+        "reaped": dict(reaped),
+        "hinted": hinted,
+        "scheduled": fired,
+        "pruned": pruned,
+        "recounted": recounted,
+    }
 
 
 class Maintenance:
@@ -81,7 +115,7 @@ class Maintenance:
             try:
                 result = run_once()
                 backoff = 0.0
-                if result["reaped"] or result["hinted"] or result["scheduled"]:
+                if result["reaped"] or result["hinted"] or result["scheduled"] or result["pruned"]:
                     log.info("maintenance: %s", result)
             except DatabaseError as e:
                 # Capped low: expired leases are rescued soon after the database returns.

@@ -233,3 +233,23 @@ class StaleWrite(models.Model):
 
     def __str__(self) -> str:
         return f"stale {self.write} job {self.job_id} fence {self.fence}"
+
+
+class CountSnapshot(models.Model):
+    """Succeeded jobs per (queue, type), as counted by ``run_scheduler`` at ``taken_at``.
+
+    The dashboard reads these once the job table is too big to count on every load; every
+    other state is always counted live (those sets stay small).
+    """
+
+    queue = models.CharField(max_length=100)
+    name = models.CharField(max_length=200)
+    state = models.CharField(max_length=16)
+    n = models.BigIntegerField()
+    taken_at = models.DateTimeField()
+
+    class Meta:
+        db_table = "tenure_count_snapshot"
+
+    def __str__(self) -> str:
+        return f"{self.queue}/{self.name} {self.state}: {self.n}"

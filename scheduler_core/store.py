@@ -15,10 +15,11 @@ import json
 import logging
 import random
 import socket
+import time
 import uuid
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -55,6 +56,9 @@ class Lease:
     max_attempts: int
     created_at: datetime
     executor: str
+    granted_at: float = field(default=0.0, compare=False)
+    """This process's monotonic clock just before the claim was sent: the lease cannot
+    expire before ``granted_at + lease_seconds`` (0 when unknown)."""
 
 
 def new_executor_id(kind: str = "exec") -> str:
@@ -154,6 +158,7 @@ def claim(
     vendor = conn.vendor
     by_id = job_id is not None
     sql = _claim_sql(vendor, by_id=by_id, nqueues=len(queues))
+    sent = time.monotonic()
     where: list[Any] = (
         [job_id] if by_id else [list(queues)] if vendor == "postgresql" else [*queues]
     )
@@ -199,6 +204,7 @@ def claim(
                 max_attempts=r[9],
                 created_at=to_datetime(r[10]),
                 executor=executor,
+                granted_at=sent,
             )
         )
     return leases
@@ -409,7 +415,9 @@ def log_event(kind: str, **fields: Any) -> None:
     path = os.environ.get("TENURE_EVENT_LOG")
     if not path:
         return
-    line = json.dumps({"event": kind, "pid": os.getpid(), **fields}, default=str)
+    line = json.dumps(
+        {"event": kind, "pid": os.getpid(), "t": round(time.time(), 3), **fields}, default=str
+    )
     try:
         with open(path, "a", encoding="utf-8") as f:
             f.write(line + "\n")
@@ -745,6 +753,8 @@ def take_due_hints(*, limit: int = 500) -> list[tuple[int, str]]:
             )
             .order_by("-priority", "run_at", "id")
         )
+        if conf.get().BROKER_QUEUES:
+            qs = qs.filter(queue__in=conf.get().BROKER_QUEUES)
         if connections[DB].vendor == "postgresql":
             qs = qs.select_for_update(skip_locked=True)
         picked = list(qs.values_list("id", "queue")[:limit])
@@ -1013,7 +1023,7 @@ def insert_job(
     from . import transports
 
     due_now = run_at is None or run_at <= timezone.now()
-    hint = due_now and transports.uses_broker()
+    hint = due_now and transports.uses_broker(queue)
     fields: dict[str, Any] = {
         "name": name,
         "queue": queue,
@@ -1078,7 +1088,7 @@ def insert_jobs(
     conn = connections[DB]
     now = now_sql(conn.vendor)
     due_now = run_at is None or run_at <= timezone.now()
-    hint = due_now and transports.uses_broker()
+    hint = due_now and transports.uses_broker(queue)
     run_at_param = conn.ops.adapt_datetimefield_value(run_at) if run_at is not None else None
     if conn.vendor == "postgresql":
         rows = "jsonb_array_elements(%s::jsonb) WITH ORDINALITY AS p(payload, n)"
@@ -1144,3 +1154,102 @@ def reconciled(lease: Lease, answer: outcomes.Reconciliation) -> None:
         Effect.objects.using(DB).filter(
             job_id=lease.job_id, state__in=[Effect.INTENDED, Effect.UNKNOWN]
         ).update(state=state, note=f"reconciled by attempt {lease.attempt}", updated_at=DbNow())
+
+
+# ---------------------------------------------------------------------------------------------
+# Retention (finished jobs) and the dashboard's count snapshot
+# ---------------------------------------------------------------------------------------------
+
+PRUNABLE = (states.State.SUCCEEDED.value, states.State.FAILED.value)
+
+
+def prune_finished(state: str, older_than: float, *, limit: int = 1000) -> int:
+    """Delete up to ``limit`` jobs in ``state`` (succeeded or failed) last changed more than
+    ``older_than`` seconds ago by the database's clock, with their attempts and ledger rows.
+
+    Jobs with an audit entry (an operator acted on them) are kept, so the audit trail always
+    names its job. Terminal jobs never change again except through an audited operator action,
+    so nothing deleted here could still be running. Returns how many jobs were deleted.
+    """
+    if state not in PRUNABLE:
+        raise ValueError(f"only finished jobs are pruned, not {state!r}")
+    if older_than <= 0 or limit < 1:
+        return 0
+    conn = connections[DB]
+    if conn.vendor == "postgresql":
+        with transaction.atomic(using=DB), conn.cursor() as cur:
+            cur.execute(_PRUNE_SQL, [state, older_than, limit, state])
+            return len(cur.fetchall())
+    with transaction.atomic(using=DB):
+        ids = list(
+            Job.objects.using(DB)
+            .filter(state=state, updated_at__lt=DbNow(-older_than))
+            .exclude(pk__in=AuditEntry.objects.using(DB).filter(job__isnull=False).values("job"))
+            .order_by("updated_at", "id")
+            .values_list("id", flat=True)[:limit]
+        )
+        if not ids:
+            return 0
+        Effect.objects.using(DB).filter(job_id__in=ids).delete()
+        Attempt.objects.using(DB).filter(job_id__in=ids).delete()
+        n, _ = Job.objects.using(DB).filter(pk__in=ids, state=state).delete()
+        return len(ids) if n else 0
+
+
+_PRUNE_SQL = """
+    WITH doomed AS (
+        SELECT j.id FROM tenure_job j
+        WHERE j.state = %s AND j.updated_at < clock_timestamp() - make_interval(secs => %s)
+          AND NOT EXISTS (SELECT 1 FROM tenure_audit a WHERE a.job_id = j.id)
+        ORDER BY j.updated_at, j.id
+        LIMIT %s
+        FOR UPDATE SKIP LOCKED
+    ), effects AS (
+        DELETE FROM tenure_effect WHERE job_id IN (SELECT id FROM doomed)
+    ), attempts AS (
+        DELETE FROM tenure_attempt WHERE job_id IN (SELECT id FROM doomed)
+    )
+    DELETE FROM tenure_job WHERE id IN (SELECT id FROM doomed) AND state = %s RETURNING id
+"""
+""":func:`prune_finished` on PostgreSQL: one statement; rows another transaction holds are
+skipped (two schedulers pruning at once delete disjoint batches)."""
+
+
+def refresh_count_snapshot(*, older_than: float) -> bool:
+    """Recount succeeded jobs per (queue, type) into :class:`CountSnapshot` if the last count
+    is older than ``older_than`` seconds; returns whether it recounted.
+
+    The count is one scan of the job table; replacing the rows is one transaction, so the
+    dashboard sees the old snapshot or the new one, never a mix.
+    """
+    from django.db.models import Count, Max
+
+    from .models import CountSnapshot
+
+    last = CountSnapshot.objects.using(DB).aggregate(t=Max("taken_at"))["t"]
+    if last is not None and not _older_than(last, older_than):
+        return False
+    rows = (
+        Job.objects.using(DB)
+        .filter(state=states.State.SUCCEEDED)
+        .values("queue", "name")
+        .annotate(n=Count("id"))
+    )
+    from .dbclock import db_now
+
+    with transaction.atomic(using=DB):
+        taken = db_now(DB)
+        CountSnapshot.objects.using(DB).all().delete()
+        CountSnapshot.objects.using(DB).bulk_create(
+            CountSnapshot(
+                queue=r["queue"], name=r["name"], state="succeeded", n=r["n"], taken_at=taken
+            )
+            for r in rows
+        )
+    return True
+
+
+def _older_than(when: datetime, seconds: float) -> bool:
+    from .dbclock import db_now
+
+    return bool((db_now(DB) - when).total_seconds() > seconds)

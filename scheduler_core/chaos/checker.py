@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from .evidence import AttemptRow, Evidence, JobRow, load
+from .evidence import BROKER_SUFFIX, AttemptRow, Evidence, JobRow, load
 
 COMPLETIONS = frozenset({"succeeded", "reconciled_applied"})
 """Attempt outcomes that completed the job."""
@@ -26,6 +26,10 @@ NO_ANSWER = ("sent, no answer", "no acknowledgement after sending")
 MAINTENANCE_BACKOFF_CAP = 30.0
 """The longest a maintenance loop waits between rounds that fail because the database is
 unreachable (``scheduler_core.maintenance.Maintenance.run`` doubles its wait up to this)."""
+BROKER_RECONNECT = 10.0
+"""Seconds a Celery worker may take to reconnect to a restarted broker (down for up to 3 s;
+its reconnect attempts come 2 s, then 4 s apart), allowed on top of the dispatcher's re-send
+bound."""
 RECOVERY_TOLERANCE = 1.0
 """Seconds allowed past the bound for the maintenance round itself and process scheduling on a
 loaded machine; reported next to every bound."""
@@ -496,6 +500,9 @@ def recovery_section(ev: Evidence) -> tuple[dict[str, Any], dict[str, Any]]:
         "over_bound": sorted(set(over)),
         "next_claim_after_last_renewal_s": _figures(next_claim),
         "false_rescues": false_rescues,
+        "false_rescue_detail": _false_rescue_detail(ev, false_rescues),
+        "late_renewals": sum(1 for e in ev.events if e.get("event") == "heartbeat_late"),
+        "slow_renewals": sum(1 for e in ev.events if e.get("event") == "heartbeat_slow"),
         "sigterm_exit_s": _figures([f["exit_after"] for f in terms]),
         "sigterm_forced": sum(1 for f in terms if f.get("forced")),
         "released_on_sigterm": sum(
@@ -548,6 +555,98 @@ def _false_rescues(ev: Evidence) -> list[int]:
                 if not others:
                     out.append(job_id)
     return sorted(set(out))
+
+
+def broker_section(ev: Evidence) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Jobs announced through the broker: how long those whose hint a broker restart lost
+    waited after the broker came back, and what the duplicated deliveries came to."""
+    twins = [j for j in ev.jobs.values() if j.name.endswith(BROKER_SUFFIX)]
+    if not twins:
+        return {}, _verdict(None, "this run had no broker")
+    restarts = [f for f in ev.faults if f["kind"] == "broker_restart" and "broker_outage" in f]
+    dups = [f for f in ev.faults if f["kind"] == "broker_duplicate" and "copies_added" in f]
+    due = {
+        e["key"]: e["t"] + e.get("took", 0.0) + e.get("delay", 0.0)
+        for e in ev.enqueues
+        if not e.get("repeat") and e.get("status") == "ack"
+    }
+    db_outages = [f["outage"] for f in ev.faults if f.get("outage")]
+    plan = ev.plan
+    bound = float(plan.get("redispatch_after", 10.0)) + float(plan.get("sweep_interval", 1.0))
+    bound += BROKER_RECONNECT
+    waits: list[float] = []
+    over: list[int] = []
+    for f in restarts:
+        b0, b1 = f["broker_outage"]
+        for j in twins:
+            rows = ev.attempts_of(j.id)
+            d = due.get(j.key)
+            if d is None or not rows:
+                continue
+            first_claim = rows[0].claimed
+            # Due before the broker came back and not yet claimed when it went down: its
+            # hint was lost with the broker (or could not be published while it was down).
+            if not (d < b1 and first_claim > b0):
+                continue
+            start = max(b1, d)
+            if any(o0 <= first_claim and o1 >= start for o0, o1 in db_outages):
+                continue  # the database was down meanwhile: the bound does not apply
+            waits.append(first_claim - start)
+            if first_claim - start > bound + RECOVERY_TOLERANCE:
+                over.append(j.id)
+    dropped = sum(1 for e in ev.events if e.get("event") == "hint_dropped")
+    workers = [p for p in ev.meta.get("processes", {}).values() if p.get("kind") == "celery"]
+    section: dict[str, Any] = {
+        "jobs": len(twins),
+        "states": dict(Counter(j.state for j in twins)),
+        "restarts": len(restarts),
+        "messages_lost": sum(max(0, int(f.get("lost_messages", 0))) for f in restarts),
+        "duplications": len(dups),
+        "copies_added": sum(int(f["copies_added"]) for f in dups),
+        "hints_dropped_by_claim": dropped,
+        "celery_worker_restarts": max(0, len(workers) - int(plan.get("celery_workers", 0))),
+        "claimed_after_broker_return_s": _figures(waits),
+        "bound_s": bound,
+        "over_bound": sorted(set(over)),
+    }
+    w = section["claimed_after_broker_return_s"]
+    return section, _verdict(
+        not over,
+        f"{len(twins)} jobs through the broker; {len(restarts)} broker restarts lost "
+        f"{section['messages_lost']} messages, {w['n']} waiting jobs claimed p50 {w['p50']}s "
+        f"max {w['max']}s after its return (bound {bound}s); {section['copies_added']} "
+        f"duplicate deliveries, {dropped} hints dropped by the claim",
+        over,
+    )
+
+
+def _false_rescue_detail(ev: Evidence, jobs: list[int]) -> list[dict[str, Any]]:
+    """For each false rescue: how old the owner's last renewal was when the pause began, and
+    the late or slow renewals its executor logged for that job (the evidence of the cause)."""
+    out: list[dict[str, Any]] = []
+    for job_id in jobs:
+        for f in ev.faults:
+            if f["kind"] != "pause_short" or job_id not in f.get("jobs", []):
+                continue
+            for a in ev.attempts_of(job_id):
+                if a.pid != f.get("pid") or a.outcome != "lease_expired":
+                    continue
+                since = a.heartbeat if a.heartbeat is not None else a.claimed
+                out.append(
+                    {
+                        "job": job_id,
+                        "pid": a.pid,
+                        "pause_s": round(f["end"] - f["start"], 3),
+                        "renewal_age_at_pause_s": round(f["start"] - since, 3),
+                        "renewal_events": [
+                            e
+                            for e in ev.events
+                            if e.get("job") == job_id
+                            and e.get("event") in ("heartbeat_late", "heartbeat_slow")
+                        ],
+                    }
+                )
+    return out
 
 
 def classification_section(ev: Evidence) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -667,6 +766,14 @@ def analyse(ev: Evidence) -> dict[str, Any]:
     effects, i6 = effects_section(ev)
     ambiguity, i7 = ambiguity_section(ev)
     recovery, i8 = recovery_section(ev)
+    broker, broker_verdict = broker_section(ev)
+    if broker:
+        # Recovery after a broker restart is part of I8: work waits no longer than its bound.
+        i8 = _verdict(
+            i8["status"] != "fail" and broker_verdict["status"] != "fail",
+            f"{i8['detail']}; {broker_verdict['detail']}",
+            [*i8["offenders"], *broker_verdict["offenders"]],
+        )
     classification, i9 = classification_section(ev)
     sweep, i10, i11 = sweep_verdicts(ev)
     busy, i12 = busy_section(ev)
@@ -710,6 +817,7 @@ def analyse(ev: Evidence) -> dict[str, Any]:
         "attempts": attempts_section(ev),
         "ambiguity": ambiguity,
         "recovery": recovery,
+        "broker": broker,
         "classification": classification,
         "busy_loop": busy,
         "bad_input": sweep,

@@ -25,6 +25,8 @@ from typing import Any
 from . import truth
 
 CHAOS_PREFIX = "chaos:"
+BROKER_SUFFIX = ".broker"
+"""Job types ending in this are the broker twins (see :mod:`scheduler_core.chaos.jobs`)."""
 
 EFFECT_OF_TYPE: dict[str, str] = {
     "chaos.transactional": "credit",
@@ -72,7 +74,7 @@ class JobRow:
     @property
     def effect_key(self) -> str:
         """The key of the job's effect (``tenure-<id>-<name>``), or "" for unknown types."""
-        name = EFFECT_OF_TYPE.get(self.name, "")
+        name = EFFECT_OF_TYPE.get(self.name.removesuffix(BROKER_SUFFIX), "")
         return f"tenure-{self.id}-{name}" if name else ""
 
 

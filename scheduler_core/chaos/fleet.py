@@ -88,6 +88,7 @@ class Fleet:
         http_port: int,
         smtp_port: int,
         link_ports: dict[int, int],
+        broker_url: str = "",
     ) -> None:
         self.plan = plan
         self.workdir = workdir
@@ -95,6 +96,7 @@ class Fleet:
         self.http_port = http_port
         self.smtp_port = smtp_port
         self.link_ports = link_ports
+        self.broker_url = broker_url
         self.children: list[Child] = []
         self._respawned: dict[int, float] = {}
         self.faketime = faketime_library()
@@ -123,6 +125,17 @@ class Fleet:
             DEMO_SMTP=f"127.0.0.1:{self.smtp_port}",
             TENURE_LOG_LEVEL="INFO",
         )
+        if self.broker_url:
+            # The broker queue's jobs are announced through the run's own Redis and run by
+            # its Celery workers; every other queue stays broker-less.
+            from .broker import BROKER_QUEUE
+
+            env.update(
+                TENURE_TRANSPORT="celery",
+                CELERY_BROKER_URL=self.broker_url,
+                TENURE_BROKER_QUEUES=BROKER_QUEUE,
+                TENURE_REDISPATCH_AFTER_SECONDS=str(p.redispatch_after),
+            )
         env.update(p.extra_env)
         return env
 
@@ -135,9 +148,10 @@ class Fleet:
         env: dict[str, str],
         *,
         clock: str = "",
+        module: str = "",
     ) -> Child:
         log = open(self.workdir / "logs" / f"{name}.log", "ab")
-        cmd = [sys.executable, MANAGE, *args]
+        cmd = [sys.executable, "-m", module, *args] if module else [sys.executable, MANAGE, *args]
         if clock and self.faketime:
             # The library is preloaded into the process itself (the ``faketime`` command would
             # fork, and signals meant for the executor would reach only the wrapper).
@@ -195,6 +209,21 @@ class Fleet:
         clock = self._clock(slot, reverse=True) if slot == 0 else ""
         return self._spawn(f"sched-{slot}", "scheduler", slot, args, env, clock=clock)
 
+    def start_celery(self, slot: int) -> Child:
+        """Celery worker ``slot`` (prefork, two pool processes) on the broker queue, straight
+        to the database (its faults are the broker's), with its event log."""
+        from .broker import BROKER_QUEUE
+
+        env = self.base_env()
+        env.update(
+            PGAPPNAME=f"chaos-celery-{slot}",
+            TENURE_EVENT_LOG=str(self.workdir / "events" / f"celery-{slot}.jsonl"),
+        )
+        args = ["-A", "config", "worker", "-Q", BROKER_QUEUE, "--pool", "prefork", "-c", "2"]
+        args += ["-n", f"chaos-celery-{slot}@%h", "-l", "INFO"]
+        args += ["--without-gossip", "--without-mingle", "--without-heartbeat"]
+        return self._spawn(f"celery-{slot}", "celery", slot, args, env, module="celery")
+
     def start_role(self, role: str, *extra: str, env: dict[str, str] | None = None) -> Child:
         """One of the verifier's own roles (``manage.py chaos --role ...``)."""
         e = self.base_env()
@@ -238,6 +267,16 @@ class Fleet:
                 continue
             self._respawned[s] = now
             started.append(self.start_executor(s))
+        # Celery workers too, as their process supervisor would: a worker may exit on its own
+        # when its broker connection breaks (the report counts these exits).
+        if self.broker_url:
+            live = {c.slot for c in self.of_kind("celery")}
+            for s in range(self.plan.celery_workers):
+                key = -1 - s
+                if s in live or now - self._respawned.get(key, -1e9) < RESPAWN_EVERY:
+                    continue
+                self._respawned[key] = now
+                started.append(self.start_celery(s))
         return started
 
     def stop_all(self, *, timeout: float = 15.0) -> None:

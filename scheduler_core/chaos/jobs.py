@@ -20,6 +20,10 @@ from demo import clients
 from demo.models import LedgerEntry
 from scheduler_core import Permanent, Transient, job
 from scheduler_core.context import JobContext
+from scheduler_core.registry import JobType
+
+from .broker import BROKER_QUEUE
+from .evidence import BROKER_SUFFIX
 
 LEASE = int(os.environ.get("TENURE_CHAOS_LEASE", "4"))
 OPTIONS: dict[str, Any] = {
@@ -196,3 +200,24 @@ def at_most_once(
 @job(name="chaos.noop", queue="sweep", effect="transactional", max_attempts=3, lease_seconds=LEASE)
 def noop(ctx: JobContext, *, n: int = 0) -> None:
     """Nothing: the broker sweep's real job, on a queue only the sweep's Celery worker serves."""
+
+
+# The broker twins are announced through the run's own Redis and run by its Celery workers,
+# never claimed by the broker-less executors (which serve ``default``).
+
+
+def _broker_twin(jt: JobType) -> JobType:
+    """The same handler and effect mode as ``jt``, on the broker queue."""
+    return job(
+        name=jt.name + BROKER_SUFFIX,
+        queue=BROKER_QUEUE,
+        effect=jt.effect.value,
+        reconcile=jt.reconcile,
+        **OPTIONS,
+    )(jt.func)
+
+
+BROKER_TWINS = tuple(
+    _broker_twin(jt)
+    for jt in (transactional, idempotent, reconcilable, at_least_once, at_most_once)
+)

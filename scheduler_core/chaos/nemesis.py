@@ -5,24 +5,28 @@ long the run. Each fault picks the executor holding the most leases (by the data
 lands on work in flight, and logs what it did to ``faults.jsonl`` with wall-clock times (the
 database runs on this machine's clock, unskewed, so the checker can line the two up).
 
-=============  ================================================================  ===============
-kind           what                                                              catalogue
-=============  ================================================================  ===============
-kill           SIGKILL an executor mid-job; a fresh one takes its slot           1, 2
-pause_long     SIGSTOP an executor past its lease (+grace +sweep), then SIGCONT   5, 6
-pause_short    SIGSTOP for under a third of the lease: no rescue may happen      7
-term           SIGTERM mid-job: it stops claiming, finishes or releases           4
-backend_kill   ``pg_terminate_backend`` of one executor's connections             9, 10
-pg_restart     ``pg_ctl -m immediate restart`` under load                         12
-pg_down        the server stopped for seconds; executors' CPU measured            13
-blackhole      one executor's link held past its lease, then let through late     14
-drop_replies   one executor's replies lost (a COMMIT's outcome unknown)           11
-=============  ================================================================  ===============
+================  ================================================================  ===============
+kind              what                                                              catalogue
+================  ================================================================  ===============
+kill              SIGKILL an executor mid-job; a fresh one takes its slot           1, 2
+pause_long        SIGSTOP an executor past its lease (+grace +sweep), then SIGCONT   5, 6
+pause_short       SIGSTOP for under a third of the lease: no rescue may happen      7
+term              SIGTERM mid-job: it stops claiming, finishes or releases           4
+backend_kill      ``pg_terminate_backend`` of one executor's connections             9, 10
+pg_restart        ``pg_ctl -m immediate restart`` under load                         12
+pg_down           the server stopped for seconds; executors' CPU measured            13
+blackhole         one executor's link held past its lease, then let through late     14
+drop_replies      one executor's replies lost (a COMMIT's outcome unknown)           11
+broker_restart    the run's Redis killed and started empty: queued hints are lost     22, 24
+broker_duplicate  every queued and unacknowledged hint published 2-5 times more       23
+pool_kill         SIGKILL the Celery pool process running a job (not the worker)     3
+================  ================================================================  ===============
 """
 
 from __future__ import annotations
 
 import json
+import os
 import random
 import signal
 import time
@@ -30,6 +34,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from .broker import BROKER_QUEUE, RedisBroker
 from .cluster import APP_PREFIX, PgCluster
 from .fleet import Child, Fleet, cpu_seconds
 from .plan import Plan
@@ -51,6 +56,7 @@ class Nemesis:
         log_path: Path,
         *,
         rng: random.Random,
+        broker: RedisBroker | None = None,
     ) -> None:
         self.plan = plan
         self.fleet = fleet
@@ -58,6 +64,7 @@ class Nemesis:
         self.proxy = proxy
         self.log_path = log_path
         self.rng = rng
+        self.broker = broker
         self.counts: Counter[str] = Counter()
         self._stopped: list[Child] = []
 
@@ -67,7 +74,7 @@ class Nemesis:
         deck: list[str] = []
         while time.monotonic() < deadline:
             if not deck:
-                deck = list(self.plan.faults)
+                deck = list(self.plan.fault_kinds)
                 self.rng.shuffle(deck)
             kind = deck.pop()
             started = time.time()
@@ -235,3 +242,42 @@ class Nemesis:
         time.sleep(seconds)
         figures = self.proxy.set_mode(link, "pass")
         return {**self._public(t), "dropped_for": round(seconds, 3), "link": figures}
+
+    def _broker_restart(self) -> dict[str, Any]:
+        if self.broker is None:
+            raise RuntimeError("this run has no broker")
+        begun = time.time()
+        record = self.broker.restart(self.rng.uniform(0.5, 3.0))
+        return {**record, "broker_outage": [begun, time.time()]}
+
+    def _broker_duplicate(self) -> dict[str, Any]:
+        if self.broker is None:
+            raise RuntimeError("this run has no broker")
+        return self.broker.duplicate(BROKER_QUEUE, self.rng.randint(2, 5))
+
+    def _pool_kill(self) -> dict[str, Any]:
+        """SIGKILL a Celery pool process that holds a lease (its worker forks a new one; the
+        message was acknowledged late, and the job waits for its lease and the reaper)."""
+        parents = {c.pid for c in self.fleet.of_kind("celery")}
+        deadline = time.monotonic() + 3.0
+        while True:
+            leases = self._leases_by_pid()
+            pool = [pid for pid in leases if _parent_pid(pid) in parents]
+            if pool or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        if not pool:
+            raise RuntimeError("no Celery pool process holds a lease")
+        pid = self.rng.choice(sorted(pool))
+        os.kill(pid, signal.SIGKILL)
+        return {"pid": pid, "jobs": sorted(leases[pid]), "worker": _parent_pid(pid)}
+
+
+def _parent_pid(pid: int) -> int | None:
+    """The parent of ``pid`` (from ``/proc``), or None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8") as f:
+            # The command name may hold spaces; the fields after its closing parenthesis do not.
+            return int(f.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None

@@ -15,8 +15,14 @@ FAULT_KINDS: tuple[str, ...] = (
     "pg_down",
     "blackhole",
     "drop_replies",
+    "broker_restart",
+    "broker_duplicate",
+    "pool_kill",
 )
 """Every fault the nemesis knows (see :mod:`scheduler_core.chaos.nemesis`)."""
+
+CELERY_FAULTS: tuple[str, ...] = ("broker_restart", "broker_duplicate", "pool_kill")
+"""The faults that need the run's broker and Celery workers."""
 
 NEGATIVE_FAULTS: tuple[str, ...] = ("pause_long", "pg_restart")
 """The faults a negative-control run injects: enough to show what the disabled guard lets
@@ -47,6 +53,16 @@ class Plan:
     faults: tuple[str, ...] = FAULT_KINDS
     fault_gap: tuple[float, float] = (1.0, 3.0)
     """Seconds between one fault's heal and the next fault, drawn uniformly."""
+    celery_workers: int = 1
+    """Celery workers (prefork, two processes each) serving the broker queue; 0 runs no
+    broker at all (and leaves the broker faults out)."""
+    broker_share: float = 0.25
+    """Share of the verifier's jobs enqueued on the broker queue (announced through the run's
+    own Redis, run by the Celery workers) instead of the broker-less executors' queue."""
+    broker_port: int = 0
+    """Port of the run's own Redis broker (0 picks a free one)."""
+    redispatch_after: float = 3.0
+    """Seconds before the dispatcher re-sends the hint of a due job nobody claimed."""
     pg_port: int = 55433
     """Port of the run's own PostgreSQL cluster (0 picks a free one)."""
     clock_offsets: tuple[str, ...] = ("+5m", "-5m")
@@ -62,6 +78,19 @@ class Plan:
     keep: bool = False
     """Keep the run's folder (database, logs, event logs) after it ends."""
     extra_env: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def fault_kinds(self) -> tuple[str, ...]:
+        """The faults this run injects: the broker's only when it has Celery workers."""
+        if self.celery_workers:
+            return self.faults
+        return tuple(f for f in self.faults if f not in CELERY_FAULTS)
+
+    @property
+    def hint_bound(self) -> float:
+        """Seconds a due job on the broker queue may wait after its hint was lost: the
+        re-send delay and one sweep interval (plus the broker's own down time)."""
+        return self.redispatch_after + self.sweep_interval
 
     @property
     def recovery_bound(self) -> float:

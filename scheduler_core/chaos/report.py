@@ -100,6 +100,24 @@ def render(r: dict[str, Any]) -> str:
         f"  false rescues after short pauses: {len(rec['false_rescues'])}; SIGTERM exit "
         f"{_fig(rec['sigterm_exit_s'])}, forced {rec['sigterm_forced']}, attempts released "
         f"{rec['released_on_sigterm']}; not drained {len(rec['not_drained'])}",
+        f"  renewals late {rec.get('late_renewals', 0)}, slow {rec.get('slow_renewals', 0)}"
+        + "".join(
+            f"; false rescue {d['job']}: last renewal {d['renewal_age_at_pause_s']}s before a "
+            f"{d['pause_s']}s pause, {len(d['renewal_events'])} late/slow renewals logged"
+            for d in rec.get("false_rescue_detail", [])
+        ),
+    ]
+    b = r.get("broker") or {}
+    if b:
+        lines += [
+            f"broker: {b['jobs']} jobs {_kv(b['states'])}; {b['restarts']} restarts lost "
+            f"{b['messages_lost']} messages; waiting jobs claimed after its return "
+            f"{_fig(b['claimed_after_broker_return_s'])} (bound {b['bound_s']}s); "
+            f"{b['duplications']} duplications added {b['copies_added']} deliveries; "
+            f"{b['hints_dropped_by_claim']} hints dropped by the claim; Celery worker exited "
+            f"and was restarted {b.get('celery_worker_restarts', 0)} times",
+        ]
+    lines += [
         f"classification: planned {_kv(r['classification']['planned'])}",
         f"  by error type: {_kv(r['classification']['by_error_type'])}",
         f"busy loop: {r['busy_loop'].get('outages_measured', 0)} database outages measured; "

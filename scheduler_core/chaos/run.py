@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 from typing import Any, Protocol
 
+from .broker import RedisBroker
 from .cluster import PgCluster, free_port
 from .fleet import MANAGE, Fleet
 from .nemesis import Nemesis
@@ -105,6 +106,7 @@ def run(plan: Plan, *, out: Writer, report_path: Path | None = None) -> int:
     plan = dataclasses.replace(plan, workdir=workdir)
     cluster = PgCluster(workdir / "pg", port=plan.pg_port, negative_control=plan.negative_control)
     proxy = ProxyServer()
+    broker = RedisBroker(workdir / "broker", port=plan.broker_port) if plan.celery_workers else None
     fleet: Fleet | None = None
     meta: dict[str, Any] = {"plan": _plan_json(plan), "phases": {}}
     (workdir / "plan.json").write_text(json.dumps(meta["plan"], indent=1))
@@ -116,12 +118,20 @@ def run(plan: Plan, *, out: Writer, report_path: Path | None = None) -> int:
         cluster.start()
         cluster.create_database()
         proxy.start()
+        if broker is not None:
+            broker.start()
         links = {
             s: proxy.add_link(f"exec-{s}", ("127.0.0.1", cluster.port))
             for s in range(plan.executors)
         }
         fleet = Fleet(
-            plan, workdir, cluster, http_port=free_port(), smtp_port=free_port(), link_ports=links
+            plan,
+            workdir,
+            cluster,
+            http_port=free_port(),
+            smtp_port=free_port(),
+            link_ports=links,
+            broker_url=broker.url if broker is not None else "",
         )
         migrate = subprocess.run(
             [sys.executable, MANAGE, "migrate", "--noinput"],
@@ -137,11 +147,13 @@ def run(plan: Plan, *, out: Writer, report_path: Path | None = None) -> int:
             fleet.start_scheduler(s)
         for s in range(plan.executors):
             fleet.start_executor(s)
+        for s in range(plan.celery_workers):
+            fleet.start_celery(s)
         _wait_port(fleet.http_port)
         _wait_port(fleet.smtp_port)
         meta["phases"]["setup"] = round(time.monotonic() - t0, 1)
 
-        _say(out, f"faults for {plan.seconds:.0f}s: {', '.join(plan.faults)}")
+        _say(out, f"faults for {plan.seconds:.0f}s: {', '.join(plan.fault_kinds)}")
         workload = fleet.start_role(
             "workload",
             "--seed",
@@ -152,7 +164,13 @@ def run(plan: Plan, *, out: Writer, report_path: Path | None = None) -> int:
             str(plan.rate),
         )
         nemesis = Nemesis(
-            plan, fleet, cluster, proxy, workdir / "faults.jsonl", rng=random.Random(plan.seed)
+            plan,
+            fleet,
+            cluster,
+            proxy,
+            workdir / "faults.jsonl",
+            rng=random.Random(plan.seed),
+            broker=broker,
         )
         faults_started = time.time()
         counts = nemesis.run(time.monotonic() + plan.seconds)
@@ -173,8 +191,12 @@ def run(plan: Plan, *, out: Writer, report_path: Path | None = None) -> int:
         if plan.bad_input:
             _say(out, "hostile-input sweep")
             t_sweep = time.monotonic()
-            broker = {"CHAOS_REDIS_URL": plan.redis_url, "CELERY_BROKER_URL": plan.redis_url}
-            sweep = fleet.start_role("sweep", env=broker)
+            sweep_env = {
+                "CHAOS_REDIS_URL": plan.redis_url,
+                "CELERY_BROKER_URL": plan.redis_url,
+                "TENURE_BROKER_QUEUES": "",
+            }
+            sweep = fleet.start_role("sweep", env=sweep_env)
             _wait_role(sweep, timeout=300)
             drain(cluster, fleet, 60)
             meta["phases"]["sweep"] = round(time.monotonic() - t_sweep, 1)
@@ -203,6 +225,9 @@ def run(plan: Plan, *, out: Writer, report_path: Path | None = None) -> int:
                 fleet.stop_all(timeout=5)
         with contextlib.suppress(Exception):
             proxy.close()
+        if broker is not None:
+            with contextlib.suppress(Exception):
+                broker.stop()
         with contextlib.suppress(Exception):
             cluster.stop("fast" if plan.keep else "immediate")
         if plan.keep:
@@ -223,7 +248,14 @@ def run_role(role: str, workdir: Path, *, seed: int, seconds: float, rate: float
         from . import workload
 
         plan = json.loads((workdir / "plan.json").read_text())
-        workload.run(workdir, seed=seed, seconds=seconds, rate=rate, long_share=plan["long_share"])
+        workload.run(
+            workdir,
+            seed=seed,
+            seconds=seconds,
+            rate=rate,
+            long_share=plan["long_share"],
+            broker_share=plan["broker_share"] if plan.get("celery_workers") else 0.0,
+        )
         return 0
     if role == "operator":
         from . import workload

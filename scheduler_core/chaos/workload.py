@@ -22,6 +22,7 @@ from scheduler_core import registry, store
 from scheduler_core.exceptions import ActionConflict, ActionRefused
 
 from . import truth
+from .evidence import BROKER_SUFFIX
 
 CHAOS_TYPES = (
     "chaos.transactional",
@@ -54,8 +55,13 @@ class Spec:
     delay: float = 0.0
 
 
-def plan_job(rng: random.Random, i: int, seed: int, long_share: float = 0.12) -> Spec:
-    """The ``i``-th enqueue of run ``seed``: its type, payload and fate, drawn from ``rng``."""
+def plan_job(
+    rng: random.Random, i: int, seed: int, long_share: float = 0.12, broker_share: float = 0.0
+) -> Spec:
+    """The ``i``-th enqueue of run ``seed``: its type, payload and fate, drawn from ``rng``.
+
+    A ``broker_share`` of the verifier's own job types go to their broker twins (the same
+    handler on the queue the Celery workers serve)."""
     key = f"chaos:{seed}:{i}"
     rollback = rng.random() < 0.03
     delay = rng.choice([0.0] * 9 + [rng.uniform(0.5, 3.0)])
@@ -71,6 +77,8 @@ def plan_job(rng: random.Random, i: int, seed: int, long_share: float = 0.12) ->
             payload = {"invoice_id": i, "cents": 100, "timeout": 1.5, "slow_reply_attempts": slow}
         return Spec(i=i, name=name, payload=payload, key=key, rollback=rollback, delay=delay)
     name = rng.choice(CHAOS_TYPES)
+    if broker_share and rng.random() < broker_share:
+        name += BROKER_SUFFIX
     long_job = rng.random() < long_share
     payload = {
         "n": i,
@@ -115,7 +123,15 @@ def enqueue_one(spec: Spec) -> dict[str, Any]:
     return {"status": "ack", "job": job_id}
 
 
-def run(workdir: Path, *, seed: int, seconds: float, rate: float, long_share: float) -> int:
+def run(
+    workdir: Path,
+    *,
+    seed: int,
+    seconds: float,
+    rate: float,
+    long_share: float,
+    broker_share: float = 0.0,
+) -> int:
     """Enqueue at ``rate`` per second for ``seconds``; returns how many were attempted.
 
     Uses wall time only to pace itself: the run's clock is the database's.
@@ -126,7 +142,7 @@ def run(workdir: Path, *, seed: int, seconds: float, rate: float, long_share: fl
     i = 0
     with open(workdir / "enqueue.jsonl", "a", encoding="utf-8") as out:
         while time.monotonic() < deadline:
-            spec = plan_job(rng, i, seed, long_share)
+            spec = plan_job(rng, i, seed, long_share, broker_share)
             started = time.time()
             outcome = enqueue_one(spec)
             _log(
@@ -136,6 +152,7 @@ def run(workdir: Path, *, seed: int, seconds: float, rate: float, long_share: fl
                 name=spec.name,
                 payload=spec.payload,
                 rollback=spec.rollback,
+                delay=spec.delay,
                 t=started,
                 took=round(time.time() - started, 3),
                 **outcome,

@@ -15,9 +15,13 @@ log = logging.getLogger("tenure.transports")
 BROKER_TRANSPORTS = frozenset({"celery", "rq"})
 
 
-def uses_broker() -> bool:
-    """Whether due jobs are announced through a broker message."""
-    return conf.get().TRANSPORT in BROKER_TRANSPORTS
+def uses_broker(queue: str | None = None) -> bool:
+    """Whether due jobs (of ``queue``, or of any queue) are announced through a broker
+    message: a broker transport is configured and ``BROKER_QUEUES`` is empty or names it."""
+    s = conf.get()
+    if s.TRANSPORT not in BROKER_TRANSPORTS:
+        return False
+    return queue is None or not s.BROKER_QUEUES or queue in s.BROKER_QUEUES
 
 
 def broker_queue(queue: str) -> str:

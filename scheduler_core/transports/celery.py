@@ -67,8 +67,13 @@ def run_job(job_id: Any) -> str:
     leases = store.claim(executor=executor_id, job_id=job_id, limit=1)
     if not leases:
         log.info("dropped hint for job %s: unknown, not waiting, or not yet due", job_id)
+        store.log_event("hint_dropped", job=job_id)
         return "dropped"
-    return executor.run_lease(leases[0], heartbeater=hb)
+    lease = leases[0]
+    store.log_event("claim", job=lease.job_id, fence=lease.fence, attempt_kind=lease.kind)
+    outcome = executor.run_lease(lease, heartbeater=hb)
+    store.log_event("end", job=lease.job_id, fence=lease.fence, outcome=outcome)
+    return outcome
 
 
 def publish(job_id: int, queue: str) -> None:

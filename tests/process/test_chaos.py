@@ -77,3 +77,18 @@ def test_negative_control_without_fence_and_durable_commits_is_caught(tmp_path: 
     assert code == 1, out[-6000:]
     assert failing(results), out[-3000:]
     assert results["plan"]["negative_control"] is True
+
+
+@needs_cluster
+def test_broker_restarts_and_duplicated_deliveries_lose_and_double_nothing(tmp_path: Path) -> None:
+    # Only the broker's faults: its own Redis killed and started empty (hints lost), and every
+    # held hint published again 2-5 times (duplicate deliveries).
+    code, out, results = chaos(
+        tmp_path, "--seed", "5", "--faults", "broker_restart,broker_duplicate", "--no-bad-input"
+    )
+    assert code == 0, out[-6000:]
+    assert not failing(results)
+    broker = results["broker"]
+    assert broker["jobs"] > 0 and set(broker["states"]) <= {"succeeded", "failed"}, broker
+    assert broker["restarts"] >= 1 and broker["duplications"] >= 1, broker
+    assert results["jobs"]["lost"] == []

@@ -1,0 +1,101 @@
+"""Claiming the next job inside a successful attempt's completion transaction: one commit per
+job, and the claim stands only if that transaction committed."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.db import OperationalError
+
+from scheduler_core import executor, failpoints, job, store
+from scheduler_core.models import Attempt, Job
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+EXEC = "t:1:claim-next"
+
+
+@job(name="tests.claimnext.ok", queue="claimnext", max_attempts=3)
+def ok(ctx: Any, *, n: int = 0) -> None:
+    """Nothing."""
+
+
+def _claim(limit: int = 1) -> list[store.Lease]:
+    return store.claim(executor=EXEC, queues=["claimnext"], limit=limit)
+
+
+def _next() -> executor.NextClaim:
+    return executor.NextClaim(lambda: _claim(1))
+
+
+def test_completion_claims_the_next_job_in_the_same_transaction() -> None:
+    a, b = ok.enqueue(n=1), ok.enqueue(n=2)
+    [lease] = _claim()
+    assert lease.job_id == a.pk
+    nxt = _next()
+    assert executor.run_lease(lease, next_claim=nxt) == "succeeded"
+    assert [(x.job_id, x.fence) for x in nxt.got] == [(b.pk, 1)]
+    b.refresh_from_db()
+    assert (b.state, b.lease_owner, b.fence) == ("leased", EXEC, 1)
+    assert Attempt.objects.filter(job_id=b.pk, fence=1, finished_at__isnull=True).count() == 1
+    assert Job.objects.get(pk=a.pk).state == "succeeded"
+    # The claimed lease runs like any other.
+    assert executor.run_lease(nxt.got[0]) == "succeeded"
+
+
+def test_a_refused_completion_claims_nothing() -> None:
+    a, b = ok.enqueue(n=1), ok.enqueue(n=2)
+    [lease] = _claim()
+    # Another executor took the job over meanwhile: this attempt's completion is refused.
+    Job.objects.filter(pk=a.pk).update(fence=lease.fence + 1, lease_owner="t:2:other")
+    nxt = _next()
+    assert executor.run_lease(lease, next_claim=nxt) == "stale"
+    assert nxt.got == []
+    b.refresh_from_db()
+    assert (b.state, b.fence) == ("waiting", 0)
+    assert not Attempt.objects.filter(job_id=b.pk).exists()
+
+
+def test_a_commit_that_fails_keeps_no_claim(monkeypatch: pytest.MonkeyPatch) -> None:
+    a, b = ok.enqueue(n=1), ok.enqueue(n=2)
+    [lease] = _claim()
+    real_hit = failpoints.hit
+
+    def hit(name: str) -> None:
+        if name == "in_commit":
+            raise OperationalError("connection lost during COMMIT (test)")
+        real_hit(name)
+
+    monkeypatch.setattr(failpoints, "hit", hit)
+    nxt = _next()
+    # Every try fails before COMMIT; the read-back finds the job still this attempt's, so the
+    # attempt ends as a transient failure and the claims of every try were rolled back.
+    assert executor.run_lease(lease, next_claim=nxt) == "retried"
+    assert nxt.got == []
+    b.refresh_from_db()
+    assert (b.state, b.fence) == ("waiting", 0)
+    assert not Attempt.objects.filter(job_id=b.pk).exists()
+    assert Job.objects.get(pk=a.pk).state == "waiting"
+
+
+def test_a_worker_drains_mostly_through_completion_claims(monkeypatch: pytest.MonkeyPatch) -> None:
+    ids = ok.enqueue_many([{"n": i} for i in range(20)])
+    loop_claims: list[int] = []
+    real = executor.Worker._claim
+
+    def counted(self: executor.Worker, free: int) -> int:
+        got = real(self, free)
+        if got:
+            loop_claims.append(got)
+        return got
+
+    monkeypatch.setattr(executor.Worker, "_claim", counted)
+    w = executor.Worker(queues=["claimnext"], concurrency=1, burst=True, poll_interval=0.05)
+    stats = w.run()
+    assert stats.claimed == 20
+    assert stats.outcomes == {"succeeded": 20}
+    assert set(Job.objects.filter(pk__in=ids).values_list("state", flat=True)) == {"succeeded"}
+    assert Attempt.objects.filter(job_id__in=ids).count() == 20
+    # The first job came from the claim loop; the rest from the completions before them.
+    assert sum(loop_claims) < 5, loop_claims
