@@ -277,40 +277,42 @@ def write(data: dict[str, Any], out_dir: Path, stem: str) -> Path:
 
 WHY = {
     "broker-less drain >= 1.5x procrastinate": (
-        "Per job Tenure makes four round trips: the claim (one statement that also writes the "
-        "attempt), then `BEGIN`, the completion (one statement that also closes the attempt "
-        "and returns the transaction id) and `COMMIT`. The explicit transaction is what lets "
-        "an executor whose connection breaks during `COMMIT` read the outcome back by "
-        "transaction id (`txid_status`) instead of guessing, and it holds the `in_commit` "
-        "failpoint. procrastinate makes two round trips (two procedure calls in autocommit) "
-        "from an asyncio loop. With one worker the drain is bound by round trips; with more "
-        "workers on 2 cores it is bound by CPU, where Tenure's Python path (Django's "
-        "connection and transaction handling, one thread per running job) costs about 1 ms a "
-        "job. Going further would mean claiming ahead of free slots (jobs leased while they "
-        "wait in memory) or completing outside a transaction, which would give up the lease "
-        "and read-back guarantees."
+        "Per job the broker-less executor makes one commit: `BEGIN`, the completion (one "
+        "statement that also closes the attempt and returns the transaction id), the claim "
+        "of the thread's next job, `COMMIT` -- four round trips. The explicit transaction is "
+        "what lets an executor whose connection breaks during `COMMIT` read the outcome back "
+        "by transaction id (`txid_status`) instead of guessing, and what makes the next claim "
+        "stand or fall with the completion. procrastinate makes two round trips (two "
+        "procedure calls in autocommit) from an asyncio loop. With one worker the drain is "
+        "bound by round trips and Tenure's Python path (Django's connection and transaction "
+        "handling, one thread per running job, about 1 ms a job); with more workers on 2 "
+        "cores it is bound by CPU shared with the server. Going further would mean claiming "
+        "ahead of free slots (jobs leased while they wait in memory) or completing outside a "
+        "transaction, which would give up the lease and read-back guarantees."
     ),
     "broker-less drain >= 1.0x pgqueuer": (
-        "pgqueuer also finishes a job in two autocommit statements from asyncio (dequeue, then "
-        "a log insert and delete) and keeps no attempt history or fenced lease; Tenure's two "
-        "extra round trips per job are the completion's transaction (see the row above)."
+        "pgqueuer finishes a job in two autocommit statements from asyncio (dequeue, then a "
+        "log insert and delete) and keeps no attempt history or fenced lease; Tenure's four "
+        "round trips per job are the completion's transaction (see the row above)."
     ),
     "broker-less drain >= 1.5x django-tasks-db": (
         "django-tasks-db opens a new connection per task (its worker closes old connections "
         "around each one) and claims with a read then a separate write."
     ),
     ">= 50 % of pgbench": (
-        "A pgbench `-N` transaction is one commit from a C client; a Tenure job is two commits "
-        "(claim, completion) plus about 1 ms of Python on the same 2 cores as the server. Two "
-        "WAL flushes per job put the ceiling at about half of pgbench's rate even with a free "
-        "client, and the client is not free here."
+        "A pgbench `-N` transaction is one commit from a C client; a Tenure job is one commit "
+        "(the completion with the next claim, four round trips) plus about 1 ms of Python on "
+        "the same 2 cores as the server, so the workers and the server compete for the CPU "
+        "pgbench's C client hardly uses."
     ),
     "Celery executor >= 0.7x Celery alone": (
         "Celery alone runs a task that does nothing and touches no database; every Tenure "
         "message adds the claim and the fenced completion (two commits, four round trips) to "
         "the same Celery machinery, which costs several times Celery's own per-message work "
-        "on this machine. Tenure's Celery executor keeps pool processes' connections "
-        "(`CELERY_DB_REUSE_MAX`), so what remains is the database work itself."
+        "on this machine. A message names its job, so the next job cannot be claimed inside "
+        "the completion as the broker-less executor does. Tenure's Celery executor keeps pool "
+        "processes' connections (`CELERY_DB_REUSE_MAX`), so what remains is the database "
+        "work itself."
     ),
     "bulk enqueue": "One statement per batch; the rate is bound by payload validation in Python.",
     "idle pickup p99": (
@@ -322,13 +324,13 @@ WHY = {
         "grace (2 s) and its sweep interval (1 s)."
     ),
     "dashboard overview": (
-        "The overview (`admin_ui/queries.py::overview`, `scheduler_core/health.py`) runs five "
-        "aggregates over every job (counts by state, by health category, by queue, by type, "
-        "and succeeded in the last hour) and each is a full scan of `tenure_job`, so its time "
-        "grows linearly with the table; the health counts also call `clock_timestamp()` per "
-        "row. Keeping per-state counts in a summary table, or bounding the scans to unfinished "
-        "jobs with partial indexes, would make it independent of history size; the dashboard "
-        "is not part of this change."
+        "The overview (`admin_ui/queries.py::overview`, `scheduler_core/health.py`) counts "
+        "every state but succeeded live, through the state index, grouped by queue and type, "
+        "computes the health categories over waiting and leased jobs, and reads succeeded "
+        "counts from the snapshot `run_scheduler` refreshes on a table this big; its time "
+        "grows with the number of unfinished, failed and indeterminate jobs (10 % of the "
+        "generated store), not with history. Counting those from snapshots too would make "
+        "operators act on stale numbers."
     ),
     "dashboard job_list": "The job list pages by keyset on an index; see the overview row.",
 }

@@ -643,9 +643,15 @@ class Worker:
         attempt's completion transaction; none while stopping."""
         if self._stopping.is_set() or not self.claim_next:
             return None
-        return NextClaim(
-            lambda: store.claim(executor=self.executor_id, queues=self.queues, limit=1)
-        )
+
+        def claim() -> list[store.Lease]:
+            # Checked again at the claim itself: a stop requested while the attempt ran
+            # means no new work is taken.
+            if self._stopping.is_set():
+                return []
+            return store.claim(executor=self.executor_id, queues=self.queues, limit=1)
+
+        return NextClaim(claim)
 
     def _work(self) -> None:
         rng = random.Random()

@@ -66,6 +66,10 @@ def _pct(values: list[float], q: float) -> float:
     return s[min(len(s) - 1, max(0, round(q * (len(s) - 1))))]
 
 
+def _kv(c: Any) -> str:
+    return ", ".join(f"{k} {v}" for k, v in sorted(c.items())) or "-"
+
+
 def _figures(values: list[float]) -> dict[str, float]:
     return {
         "n": len(values),
@@ -487,6 +491,11 @@ def recovery_section(ev: Evidence) -> tuple[dict[str, Any], dict[str, Any]]:
                 if not any(a.finished <= t <= nxt for t in audits):
                     next_claim.append(nxt - a.heartbeat)
     false_rescues = _false_rescues(ev)
+    # Hung first attempts (catalogue 8): only the maximum runtime can end them, so each must
+    # end by its lease running out (or a fault on its executor), never by completing.
+    hung = [j for j in ev.jobs.values() if j.payload.get("hang") and ev.attempts_of(j.id)]
+    hung_ends = Counter(ev.attempts_of(j.id)[0].outcome or "running" for j in hung)
+    hung_completed = [j.id for j in hung if ev.attempts_of(j.id)[0].outcome == "succeeded"]
     unfinished = sorted(j.id for j in ev.jobs.values() if j.state in ("waiting", "leased"))
     terms = [f for f in ev.faults if f["kind"] == "term" and "exit_after" in f]
     section: dict[str, Any] = {
@@ -508,10 +517,12 @@ def recovery_section(ev: Evidence) -> tuple[dict[str, Any], dict[str, Any]]:
         "released_on_sigterm": sum(
             1 for j in ev.jobs for a in ev.attempts_of(j) if a.outcome == "released"
         ),
+        "hung_first_attempts": dict(hung_ends),
+        "hung_completed": hung_completed,
         "not_drained": unfinished,
         "drained": bool(ev.meta.get("drained", not unfinished)),
     }
-    ok = not over and not unfinished and not false_rescues
+    ok = not over and not unfinished and not false_rescues and not hung_completed
     rec, back = section["recovery_s"], section["after_db_return_s"]
     return section, _verdict(
         ok,
@@ -519,8 +530,9 @@ def recovery_section(ev: Evidence) -> tuple[dict[str, Any], dict[str, Any]]:
         f"{', '.join(str(b) for b in sorted(bounds)) or '-'}s); {len(after_return)} after a "
         f"database outage, {back['max']}s at most after its return (bound "
         f"{section['after_db_return_bound_s']}s); {len(set(over))} over; "
-        f"{len(false_rescues)} false rescues; {len(unfinished)} jobs not drained",
-        [*over, *unfinished, *false_rescues],
+        f"{len(false_rescues)} false rescues; {len(hung)} hung first attempts ended "
+        f"{_kv(hung_ends)}; {len(unfinished)} jobs not drained",
+        [*over, *unfinished, *false_rescues, *hung_completed],
     )
 
 
@@ -529,7 +541,8 @@ def _false_rescues(ev: Evidence) -> list[int]:
     while nothing else disturbed its renewals.
 
     A rescue is false when the short pause is the only fault between the owner's last
-    renewal and the rescue: a database outage or a cut link in that window makes the owner's
+    renewal and the rescue (a planned hung first attempt, ended by its maximum runtime, is
+    not a fault of the executor): a database outage or a cut link in that window makes the owner's
     renewals fail, and it then stops claiming ownership itself (self-fencing), so the
     rescue is due. Faults on other executors do not count.
     """
@@ -538,9 +551,13 @@ def _false_rescues(ev: Evidence) -> list[int]:
         if f["kind"] != "pause_short":
             continue
         for job_id in f.get("jobs", []):
-            for a in ev.attempts_of(job_id):
+            rows = ev.attempts_of(job_id)
+            job = ev.jobs.get(job_id)
+            for a in rows:
                 if a.pid != f.get("pid") or a.outcome != "lease_expired" or a.finished is None:
                     continue
+                if job is not None and job.payload.get("hang") and a is rows[0]:
+                    continue  # a hung first attempt: its maximum runtime ended the lease
                 if not f["start"] <= a.finished <= f["end"] + 1.0:
                     continue
                 since = a.heartbeat if a.heartbeat is not None else a.claimed

@@ -31,13 +31,24 @@ OPTIONS: dict[str, Any] = {
     "lease_seconds": LEASE,
     "backoff_base": 0.2,
     "backoff_cap": 2.0,
+    # A hard maximum runtime: a hung handler's lease stops being renewed after it, so the
+    # job is rescued while the hung thread still lives (catalogue 8).
+    "timeout": 4 * LEASE,
 }
+HANG_SECONDS = 6 * LEASE
+"""How long a hung first attempt sleeps before its effect: past the maximum runtime."""
 
 PLANNED_TRANSIENT = "planned transient failure"
 PLANNED_PERMANENT = "planned permanent failure"
 
 
-def _prelude(ctx: JobContext, work: float, fail_first: int, permanent: bool) -> None:
+def _prelude(
+    ctx: JobContext, work: float, fail_first: int, permanent: bool, hang: bool = False
+) -> None:
+    if hang and ctx.attempt == 1:
+        # Hung, with the heartbeat thread alive: only the maximum runtime ends the lease; the
+        # effect after the sleep is then refused by the fence.
+        time.sleep(HANG_SECONDS)
     if permanent:
         raise Permanent(PLANNED_PERMANENT)
     if ctx.attempt <= fail_first:
@@ -62,9 +73,10 @@ def transactional(
     permanent: bool = False,
     slow: bool = False,
     timeout: float = 1.5,
+    hang: bool = False,
 ) -> None:
     """Credit a ledger row in the job's own transaction."""
-    _prelude(ctx, work, fail_first, permanent)
+    _prelude(ctx, work, fail_first, permanent, hang)
     with ctx.effect("credit") as eff:
         if not eff.done:
             entry = LedgerEntry.objects.create(
@@ -89,9 +101,10 @@ def idempotent(
     permanent: bool = False,
     slow: bool = False,
     timeout: float = 1.5,
+    hang: bool = False,
 ) -> None:
     """Charge at the provider under the effect key (idempotency key) and the fence."""
-    _prelude(ctx, work, fail_first, permanent)
+    _prelude(ctx, work, fail_first, permanent, hang)
     with ctx.effect("charge") as eff:
         if not eff.done:
             reply = clients.charge(
@@ -130,9 +143,10 @@ def reconcilable(
     permanent: bool = False,
     slow: bool = False,
     timeout: float = 1.5,
+    hang: bool = False,
 ) -> None:
     """Transfer at the provider's non-deduplicating endpoint; reconciled by lookup."""
-    _prelude(ctx, work, fail_first, permanent)
+    _prelude(ctx, work, fail_first, permanent, hang)
     with ctx.effect("transfer") as eff:
         if not eff.done:
             reply = clients.transfer(
@@ -172,9 +186,10 @@ def at_least_once(
     permanent: bool = False,
     slow: bool = False,
     timeout: float = 1.5,
+    hang: bool = False,
 ) -> None:
     """Send one email; a repeat after an unknown outcome is possible and recorded."""
-    _prelude(ctx, work, fail_first, permanent)
+    _prelude(ctx, work, fail_first, permanent, hang)
     _mail(ctx, n, slow, timeout)
     time.sleep(hold)
 
@@ -190,9 +205,10 @@ def at_most_once(
     permanent: bool = False,
     slow: bool = False,
     timeout: float = 1.5,
+    hang: bool = False,
 ) -> None:
     """Send one email at most once; an unknown outcome is parked for an operator."""
-    _prelude(ctx, work, fail_first, permanent)
+    _prelude(ctx, work, fail_first, permanent, hang)
     _mail(ctx, n, slow, timeout)
     time.sleep(hold)
 

@@ -41,6 +41,8 @@ DEMO_TYPES = (
 """The demo's own job types, enqueued as they ship (no work time, so rarely hit mid-flight)."""
 
 OPERATOR = "chaos-operator"
+HANG_SHARE = 0.02
+"""Share of the verifier's jobs whose first attempt hangs past the maximum runtime."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -89,6 +91,8 @@ def plan_job(
         "slow": rng.random() < 0.12,
         "timeout": 1.5,
     }
+    if rng.random() < HANG_SHARE:
+        payload["hang"] = True
     return Spec(i=i, name=name, payload=payload, key=key, rollback=rollback, delay=delay)
 
 
