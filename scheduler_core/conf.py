@@ -49,6 +49,14 @@ class TenureSettings:
     Queues left out get no broker message; broker-less executors (``run_executor``) serve
     them from the database, so one deployment can run some queues on Celery or RQ and the
     rest without a broker."""
+    EXECUTOR_IDLE_TX_TIMEOUT_MS: int = 2000
+    """PostgreSQL: an executor's own transactions (completion, next claim, renewal, ledger
+    writes) are ended by the server once idle this long, so an executor frozen mid-transaction
+    (stopped, cut off) frees the job rows it locked and the reaper can rescue them on time.
+    Set on executor connections only; 0 leaves the server's setting."""
+    HANDLER_IDLE_TX_TIMEOUT_MS: int = 60_000
+    """The same limit inside a ``transactional`` job's own transaction, where the handler may
+    work between statements (0: no limit). Such a transaction takes no lock on the job row."""
     RETAIN_SUCCEEDED_SECONDS: float = 7 * 24 * 3600.0
     """``run_scheduler`` deletes succeeded jobs (with their attempts and ledger rows) this long
     after they finished; 0 keeps them forever. A job's ``unique_key`` deduplicates enqueues

@@ -349,6 +349,7 @@ def _run(
             # a refused completion rolls all of them back. Not retried here: the handler's
             # writes would have to be made again, which is the next attempt's job.
             def commit_all() -> None:
+                _handler_idle_limit()
                 handler(ctx, **lease.payload)
                 failpoints.hit("before_complete")
                 store.complete(lease)
@@ -579,6 +580,8 @@ class Worker:
     # -- loop -----------------------------------------------------------------------------
     def run(self) -> WorkerStats:
         """Run until stopped (or, in burst mode, until nothing is due and nothing runs)."""
+        limit_idle_transactions()
+        db_connection.close()  # reopened with the limit
         self._register()
         log.info(
             "executor %s: queues=%s concurrency=%d", self.executor_id, self.queues, self.concurrency
@@ -715,6 +718,36 @@ class Worker:
             self.stats.claimed,
             self.stats.outcomes,
         )
+
+
+def limit_idle_transactions() -> None:
+    """In this executor process, have PostgreSQL end any of its transactions left idle longer
+    than ``EXECUTOR_IDLE_TX_TIMEOUT_MS`` (every connection opened from now on).
+
+    An executor stopped or cut off between a statement and its ``COMMIT`` would otherwise hold
+    the job rows that statement locked, and the reaper (which skips locked rows) could not
+    rescue them until the server noticed, up to the server-wide limit. Idempotent.
+    """
+    from django.db.backends.signals import connection_created
+
+    connection_created.connect(_on_connection, dispatch_uid="tenure.executor.idle_tx")
+
+
+def _on_connection(sender: Any, connection: Any, **_: Any) -> None:
+    ms = conf.get().EXECUTOR_IDLE_TX_TIMEOUT_MS
+    if connection.vendor != "postgresql" or ms <= 0:
+        return
+    with connection.cursor() as cur:
+        cur.execute(f"SET idle_in_transaction_session_timeout = {int(ms)}")
+
+
+def _handler_idle_limit() -> None:
+    """Inside a transactional job's transaction: the handler may work between statements."""
+    if db_connection.vendor != "postgresql" or conf.get().EXECUTOR_IDLE_TX_TIMEOUT_MS <= 0:
+        return
+    ms = int(conf.get().HANDLER_IDLE_TX_TIMEOUT_MS)
+    with db_connection.cursor() as cur:
+        cur.execute(f"SET LOCAL idle_in_transaction_session_timeout = {ms}")
 
 
 def drop_connection_if_broken() -> None:

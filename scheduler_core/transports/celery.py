@@ -21,6 +21,7 @@ from typing import Any
 from celery import shared_task
 from celery.signals import worker_process_shutdown
 from django.db import DatabaseError
+from django.db import connection as db_connection
 
 from .. import executor, store
 
@@ -36,6 +37,8 @@ def _process_executor() -> tuple[str, executor.Heartbeater]:
     """This worker process's identity and heartbeat thread, created after fork."""
     with _lock:
         if _state.get("pid") != os.getpid():
+            executor.limit_idle_transactions()
+            db_connection.close()  # reopened with the limit
             executor_id = store.new_executor_id("celery")
             store.executor_started(executor_id, transport="celery", queues=["*"], concurrency=1)
             hb = executor.Heartbeater(executor_id)

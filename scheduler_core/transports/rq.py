@@ -57,6 +57,8 @@ def _executor_id() -> str:
         return str(_worker["id"])
     with _lock:
         if _own.get("pid") != os.getpid():
+            executor.limit_idle_transactions()
+            db_connection.close()  # reopened with the limit
             executor_id = store.new_executor_id("rq")
             store.executor_started(executor_id, transport="rq", queues=["*"], concurrency=1)
             _own.update(pid=os.getpid(), id=executor_id)
@@ -133,6 +135,7 @@ class Worker(rq.Worker):
     def bootstrap(self, *args: Any, **kwargs: Any) -> None:
         """Register this worker as an executor before taking messages."""
         super().bootstrap(*args, **kwargs)
+        executor.limit_idle_transactions()  # inherited by the forked horses
         executor_id = store.new_executor_id("rq")
         store.executor_started(
             executor_id, transport="rq", queues=self.queue_names(), concurrency=1

@@ -512,3 +512,28 @@ def test_backend_terminated_before_commit_rolls_back_and_the_job_is_retried(
     _check(MODES["transactional"], job, "backend_terminated")
     assert LedgerEntry.objects.get(job_id=job.pk).fence > 1
     _end(helpers)
+
+
+@pytest.mark.postgres
+def test_an_executor_stopped_inside_its_completion_transaction_frees_the_job_for_the_reaper(
+    spawn: Any, env: dict[str, str]
+) -> None:
+    # Stopped between the completion's write and COMMIT, the executor holds the job's row
+    # lock; the server ends its idle transaction (EXECUTOR_IDLE_TX_TIMEOUT_MS), so the reaper,
+    # which skips locked rows, rescues the job while the owner is still stopped.
+    job = MODES["idempotent"].enqueue(9)
+    frozen_env = {**env, "TENURE_EXECUTOR_IDLE_TX_TIMEOUT_MS": "500"}
+    [armed] = _armed(spawn, frozen_env, "in_commit=stop", 1)
+    wait_until(lambda: _stopped(armed), timeout=60, interval=0.1)
+    helpers = _recover(spawn, env)
+    first = Attempt.objects.filter(job=job, fence=1)
+    wait_until(lambda: first.filter(outcome="lease_expired").exists(), timeout=30, interval=0.1)
+    assert _stopped(armed), "rescued while its owner was still stopped"
+    _settled([job.pk])
+    armed.send_signal(signal.SIGCONT)
+    time.sleep(1.0)  # the resumed owner finds its transaction ended; nothing of it lands
+    _end([armed])
+    _check(MODES["idempotent"], job, "stopped_in_commit")
+    assert first.get().outcome == "lease_expired"
+    assert Attempt.objects.filter(job=job, outcome="succeeded").exclude(fence=1).count() == 1
+    _end(helpers)
