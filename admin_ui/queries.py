@@ -114,14 +114,14 @@ def overview() -> dict[str, Any]:
         e["leases"] = leases.get(e["id"], [])
     # One scan of the job table serves the state, queue and type tables (on a big table the
     # succeeded rows come from the scheduler's snapshot: health.overview_counts).
-    grouped, succeeded_as_of = health.overview_counts()
+    grouped, succeeded_as_of, categories = health.overview_counts()
     by_type = _rows(health.fold_counts(grouped, "name"))
     for row in by_type:
         jt = registry.get(row["key"])
         row["effect"] = jt.effect.value if jt else ""
     return {
         "states": health.fold_counts(grouped, None),
-        "health": {**health.health_counts(), "succeeded_recently": health.succeeded_recently()},
+        "health": {**categories, "succeeded_recently": health.succeeded_recently()},
         "by_queue": _rows(health.fold_counts(grouped, "queue")),
         "by_type": by_type,
         "executors": execs,

@@ -67,8 +67,8 @@ class TenureSettings:
     PRUNE_BATCH: int = 1000
     """The most jobs of each state one maintenance round deletes."""
     COUNTS_REFRESH_SECONDS: float = 30.0
-    """How often ``run_scheduler`` refreshes the count of succeeded jobs the dashboard shows
-    once the job table is too big to count on every page load."""
+    """How often ``run_scheduler`` refreshes the count of succeeded and cancelled jobs the
+    dashboard shows once the job table is too big to count on every page load."""
     EXACT_COUNTS_BELOW: int = 200_000
     """Below this many jobs (the database's estimate) the dashboard counts succeeded jobs
     exactly on each load; above, it shows the last refreshed count and its age."""

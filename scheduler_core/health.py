@@ -166,29 +166,47 @@ def counts_are_snapshotted() -> bool:
     return job_rows_estimate() >= conf.get().EXACT_COUNTS_BELOW
 
 
-def overview_counts() -> tuple[list[dict[str, Any]], Any]:
-    """Rows like :func:`state_counts_grouped` and the time the succeeded counts were taken
-    (None: counted just now).
+SNAPSHOT_STATES = (State.SUCCEEDED, State.CANCELLED)
+"""History that only grows and that no one acts on: counted by the scheduler's snapshot on a
+big table. Failed and indeterminate jobs, which need an operator, are always counted live."""
 
-    On a big job table the succeeded rows come from the snapshot ``run_scheduler`` refreshes
-    every ``COUNTS_REFRESH_SECONDS``; every other state is counted live, through the state
-    index, because those sets stay small. With no snapshot yet, everything is counted live.
+
+def overview_counts() -> tuple[list[dict[str, Any]], Any, dict[str, int]]:
+    """Rows like :func:`state_counts_grouped`, the time the succeeded counts were taken (None:
+    counted just now) and the health categories (as :func:`health_counts`), from one scan.
+
+    On a big job table the succeeded and cancelled rows come from the snapshot
+    ``run_scheduler`` refreshes every ``COUNTS_REFRESH_SECONDS``; every other state is counted
+    live, through the state index, because those sets stay small. With no snapshot yet,
+    everything is counted live. The health categories are counted in the same scan (each row once, per category filter).
     """
     from django.db.models import Max
 
     from .models import CountSnapshot
 
-    if not counts_are_snapshotted():
-        return state_counts_grouped(), None
-    snap: list[dict[str, Any]] = [
-        dict(r) for r in CountSnapshot.objects.values("queue", "name", "state", "n")
+    snap: list[dict[str, Any]] = []
+    taken = None
+    live = Job.objects.all()
+    if counts_are_snapshotted():
+        snap = [dict(r) for r in CountSnapshot.objects.values("queue", "name", "state", "n")]
+        taken = CountSnapshot.objects.aggregate(t=Max("taken_at"))["t"]
+        if taken is not None:
+            # An IN list of the other states, not NOT IN: the state index serves only the former.
+            live = live.filter(state__in=[st.value for st in State if st not in SNAPSHOT_STATES])
+        else:
+            snap = []
+    timed = [c for c in HEALTH_CATEGORIES if c not in _WHOLE_STATES]
+    rows: list[dict[str, Any]] = [
+        dict(r)
+        for r in live.values("queue", "name", "state").annotate(
+            n=Count("id"), **{c: Count("id", filter=health_q(c)) for c in timed}
+        )
     ]
-    taken = CountSnapshot.objects.aggregate(t=Max("taken_at"))["t"]
-    if taken is None:
-        return state_counts_grouped(), None
-    others = [s.value for s in State if s != State.SUCCEEDED]
-    live = Job.objects.filter(state__in=others).values("queue", "name", "state")
-    return [dict(r) for r in live.annotate(n=Count("id"))] + snap, taken
+    counts = {c: sum(int(r[c]) for r in rows) for c in timed}
+    for c, st in _WHOLE_STATES.items():
+        counts[c] = sum(int(r["n"]) for r in rows if r["state"] == st.value)
+    grouped = [{k: r[k] for k in ("queue", "name", "state", "n")} for r in rows] + snap
+    return grouped, taken, {c: counts[c] for c in HEALTH_CATEGORIES}
 
 
 def fold_counts(rows: list[dict[str, Any]], field: str | None) -> Any:

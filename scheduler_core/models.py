@@ -236,7 +236,8 @@ class StaleWrite(models.Model):
 
 
 class CountSnapshot(models.Model):
-    """Succeeded jobs per (queue, type), as counted by ``run_scheduler`` at ``taken_at``.
+    """Succeeded and cancelled jobs per (queue, type), as counted by ``run_scheduler`` at
+    ``taken_at``.
 
     The dashboard reads these once the job table is too big to count on every load; every
     other state is always counted live (those sets stay small).

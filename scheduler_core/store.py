@@ -1216,8 +1216,8 @@ skipped (two schedulers pruning at once delete disjoint batches)."""
 
 
 def refresh_count_snapshot(*, older_than: float) -> bool:
-    """Recount succeeded jobs per (queue, type) into :class:`CountSnapshot` if the last count
-    is older than ``older_than`` seconds; returns whether it recounted.
+    """Recount succeeded and cancelled jobs per (queue, type) into :class:`CountSnapshot` if
+    the last count is older than ``older_than`` seconds; returns whether it recounted.
 
     The count is one scan of the job table; replacing the rows is one transaction, so the
     dashboard sees the old snapshot or the new one, never a mix.
@@ -1231,8 +1231,8 @@ def refresh_count_snapshot(*, older_than: float) -> bool:
         return False
     rows = (
         Job.objects.using(DB)
-        .filter(state=states.State.SUCCEEDED)
-        .values("queue", "name")
+        .filter(state__in=[states.State.SUCCEEDED, states.State.CANCELLED])
+        .values("queue", "name", "state")
         .annotate(n=Count("id"))
     )
     from .dbclock import db_now
@@ -1242,7 +1242,7 @@ def refresh_count_snapshot(*, older_than: float) -> bool:
         CountSnapshot.objects.using(DB).all().delete()
         CountSnapshot.objects.using(DB).bulk_create(
             CountSnapshot(
-                queue=r["queue"], name=r["name"], state="succeeded", n=r["n"], taken_at=taken
+                queue=r["queue"], name=r["name"], state=r["state"], n=r["n"], taken_at=taken
             )
             for r in rows
         )

@@ -86,28 +86,32 @@ def test_the_scheduler_prunes_per_the_retention_settings(settings: Any) -> None:
     assert not Job.objects.filter(pk__in=done).exists()
 
 
-def test_big_tables_show_succeeded_counts_from_the_scheduler_snapshot(settings: Any) -> None:
+def test_big_tables_show_succeeded_and_cancelled_counts_from_the_scheduler_snapshot(settings: Any) -> None:
     _finish(3)
     ok.enqueue(n=100)
     # Below the threshold every count is live and exact.
-    rows, as_of = health.overview_counts()
+    rows, as_of, _ = health.overview_counts()
     assert as_of is None
     assert health.fold_counts(rows, None)["succeeded"] == 3
     # Above it (every table counts as big here), the scheduler's snapshot serves succeeded.
     settings.TENURE_EXACT_COUNTS_BELOW = -1
-    rows, as_of = health.overview_counts()
+    rows, as_of, _ = health.overview_counts()
     assert as_of is None  # no snapshot yet: counted live
     assert maintenance.refresh_counts() is True
     assert maintenance.refresh_counts() is False  # fresh enough
     _finish(2)
     ok.enqueue(n=101)
-    rows, as_of = health.overview_counts()
+    rows, as_of, _ = health.overview_counts()
     assert as_of is not None
     counts = health.fold_counts(rows, None)
     assert counts["succeeded"] == 3  # as of the snapshot
     assert counts["waiting"] == 2  # live
     assert CountSnapshot.objects.get(queue="retention").n == 3
     settings.TENURE_COUNTS_REFRESH_SECONDS = 0
+    Job.objects.filter(pk=ok.enqueue(n=102).pk).update(state="cancelled")
     assert maintenance.refresh_counts() is True
-    rows, _ = health.overview_counts()
-    assert health.fold_counts(rows, None)["succeeded"] == 5
+    rows, _, _ = health.overview_counts()
+    counts = health.fold_counts(rows, None)
+    assert (counts["succeeded"], counts["cancelled"], counts["waiting"]) == (5, 1, 2)
+    # Cancelled history is snapshotted too; failed and indeterminate jobs are always live.
+    assert set(CountSnapshot.objects.values_list("state", flat=True)) == {"succeeded", "cancelled"}
