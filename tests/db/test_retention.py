@@ -86,7 +86,9 @@ def test_the_scheduler_prunes_per_the_retention_settings(settings: Any) -> None:
     assert not Job.objects.filter(pk__in=done).exists()
 
 
-def test_big_tables_show_succeeded_and_cancelled_counts_from_the_scheduler_snapshot(settings: Any) -> None:
+def test_big_tables_show_succeeded_and_cancelled_counts_from_the_scheduler_snapshot(
+    settings: Any,
+) -> None:
     _finish(3)
     ok.enqueue(n=100)
     # Below the threshold every count is live and exact.
