@@ -58,7 +58,7 @@ chaos-deps:
 	@command -v faketime >/dev/null || apt-get install -y faketime
 
 ## Benchmarks against peers (bench/README.md), in an environment of their own under var/:
-## `make bench` is the quick profile (under 10 minutes on 2 cores), `make bench-full` the full one.
+## `make bench` is the quick profile (about 10 minutes on 2 cores), `make bench-full` the full one.
 ## Both need PostgreSQL (127.0.0.1:5432) and Redis (127.0.0.1:6379); reports go to bench/results/.
 BENCH_VENV := var/bench-venv
 BENCH_PY := $(BENCH_VENV)/bin/python
