@@ -110,19 +110,28 @@ _WHOLE_STATES = {"indeterminate": State.INDETERMINATE, "failed": State.FAILED}
 
 def health_counts() -> dict[str, int]:
     """Derived categories that tell normal waiting from abandoned or failing work."""
+    live = [State.WAITING, State.LEASED, *_WHOLE_STATES.values()]
+    return _counted(Job.objects.filter(state__in=live))[1]
+
+
+def _counted(jobs: Any) -> tuple[list[dict[str, Any]], dict[str, int]]:
+    """One scan of ``jobs``: counts per (queue, name, state), and the health categories.
+
+    The time-dependent categories are filters of the same scan (one definition each, in
+    :func:`health_q`); the categories that are a whole state are read from the state counts.
+    """
     timed = [c for c in HEALTH_CATEGORIES if c not in _WHOLE_STATES]
-    agg = Job.objects.filter(state__in=[State.WAITING, State.LEASED]).aggregate(
-        **{name: Count("id", filter=health_q(name)) for name in timed}
-    )
-    whole = {
-        r["state"]: r["n"]
-        for r in Job.objects.filter(state__in=list(_WHOLE_STATES.values()))
-        .values("state")
-        .annotate(n=Count("id"))
-    }
-    out = {k: int(v) for k, v in agg.items()}
-    out.update({c: int(whole.get(st.value, 0)) for c, st in _WHOLE_STATES.items()})
-    return {c: out[c] for c in HEALTH_CATEGORIES}
+    rows: list[dict[str, Any]] = [
+        dict(r)
+        for r in jobs.values("queue", "name", "state").annotate(
+            n=Count("id"), **{c: Count("id", filter=health_q(c)) for c in timed}
+        )
+    ]
+    counts = {c: sum(int(r[c]) for r in rows) for c in timed}
+    for c, st in _WHOLE_STATES.items():
+        counts[c] = sum(int(r["n"]) for r in rows if r["state"] == st.value)
+    grouped = [{k: r[k] for k in ("queue", "name", "state", "n")} for r in rows]
+    return grouped, {c: counts[c] for c in HEALTH_CATEGORIES}
 
 
 def succeeded_recently() -> int:
@@ -138,13 +147,6 @@ def succeeded_recently() -> int:
 
     since = db_now() - dt.timedelta(seconds=RECENT_SECONDS)
     return Job.objects.filter(health_q("succeeded_recently"), updated_at__gt=since).count()
-
-
-def state_counts_grouped() -> list[dict[str, Any]]:
-    """Job counts per (queue, name, state) in one scan: the overview derives its per-state,
-    per-queue and per-type tables from these rows."""
-    rows = Job.objects.values("queue", "name", "state").annotate(n=Count("id"))
-    return [dict(r) for r in rows]
 
 
 def job_rows_estimate() -> int:
@@ -172,13 +174,14 @@ big table. Failed and indeterminate jobs, which need an operator, are always cou
 
 
 def overview_counts() -> tuple[list[dict[str, Any]], Any, dict[str, int]]:
-    """Rows like :func:`state_counts_grouped`, the time the succeeded counts were taken (None:
-    counted just now) and the health categories (as :func:`health_counts`), from one scan.
+    """Job counts per (queue, name, state), the time the succeeded and cancelled counts were
+    taken (None: counted just now) and the health categories (as :func:`health_counts`), from
+    one scan.
 
     On a big job table the succeeded and cancelled rows come from the snapshot
     ``run_scheduler`` refreshes every ``COUNTS_REFRESH_SECONDS``; every other state is counted
     live, through the state index, because those sets stay small. With no snapshot yet,
-    everything is counted live. The health categories are counted in the same scan (each row once, per category filter).
+    everything is counted live. The health categories are filters of the same scan.
     """
     from django.db.models import Max
 
@@ -195,24 +198,13 @@ def overview_counts() -> tuple[list[dict[str, Any]], Any, dict[str, int]]:
             live = live.filter(state__in=[st.value for st in State if st not in SNAPSHOT_STATES])
         else:
             snap = []
-    timed = [c for c in HEALTH_CATEGORIES if c not in _WHOLE_STATES]
-    rows: list[dict[str, Any]] = [
-        dict(r)
-        for r in live.values("queue", "name", "state").annotate(
-            n=Count("id"), **{c: Count("id", filter=health_q(c)) for c in timed}
-        )
-    ]
-    counts = {c: sum(int(r[c]) for r in rows) for c in timed}
-    for c, st in _WHOLE_STATES.items():
-        counts[c] = sum(int(r["n"]) for r in rows if r["state"] == st.value)
-    grouped = [{k: r[k] for k in ("queue", "name", "state", "n")} for r in rows] + snap
-    return grouped, taken, {c: counts[c] for c in HEALTH_CATEGORIES}
+    grouped, categories = _counted(live)
+    return grouped + snap, taken, categories
 
 
 def fold_counts(rows: list[dict[str, Any]], field: str | None) -> Any:
-    """Fold :func:`state_counts_grouped` rows into per-state counts (``field=None``) or a
-    per-``field`` table of per-state counts, shaped like :func:`state_counts` and
-    :func:`state_counts_by`."""
+    """Fold :func:`overview_counts` rows into per-state counts (``field=None``) or a
+    per-``field`` table of per-state counts (every state present, zero when empty)."""
     if field is None:
         counts = {st.value: 0 for st in State}
         for r in rows:
@@ -222,16 +214,6 @@ def fold_counts(rows: list[dict[str, Any]], field: str | None) -> Any:
     for r in sorted(rows, key=lambda r: r[field]):
         per = table.setdefault(r[field], {st.value: 0 for st in State})
         per[r["state"]] = per.get(r["state"], 0) + r["n"]
-    return table
-
-
-def state_counts_by(field: str) -> dict[str, dict[str, int]]:
-    """Jobs per state for each value of ``field`` (``queue`` or ``name``), sorted by value."""
-    if field not in ("queue", "name"):
-        raise ValueError(f"cannot group jobs by {field!r}")
-    table: dict[str, dict[str, int]] = {}
-    for row in Job.objects.values(field, "state").annotate(n=Count("id")).order_by(field):
-        table.setdefault(row[field], {s.value: 0 for s in State})[row["state"]] = row["n"]
     return table
 
 

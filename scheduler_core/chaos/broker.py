@@ -30,7 +30,6 @@ class RedisBroker:
         self.root = root
         self.port = port or free_port()
         self.proc: subprocess.Popen[bytes] | None = None
-        self.restarts = 0
 
     @property
     def url(self) -> str:
@@ -96,7 +95,6 @@ class RedisBroker:
         self.stop()
         time.sleep(down_for)
         self.start()
-        self.restarts += 1
         return {"lost_messages": held, "down_for": round(down_for, 3)}
 
     def backlog(self) -> int:

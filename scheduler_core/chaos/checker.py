@@ -490,7 +490,8 @@ def recovery_section(ev: Evidence) -> tuple[dict[str, Any], dict[str, Any]]:
                 nxt = rows[i + 1].claimed
                 if not any(a.finished <= t <= nxt for t in audits):
                     next_claim.append(nxt - a.heartbeat)
-    false_rescues = _false_rescues(ev)
+    found = _false_rescues(ev)
+    false_rescues = sorted({a.job for _, a in found})
     # Hung first attempts (catalogue 8): only the maximum runtime can end them, so each must
     # end by its lease running out (or a fault on its executor), never by completing.
     hung = [j for j in ev.jobs.values() if j.payload.get("hang") and ev.attempts_of(j.id)]
@@ -509,7 +510,7 @@ def recovery_section(ev: Evidence) -> tuple[dict[str, Any], dict[str, Any]]:
         "over_bound": sorted(set(over)),
         "next_claim_after_last_renewal_s": _figures(next_claim),
         "false_rescues": false_rescues,
-        "false_rescue_detail": _false_rescue_detail(ev, false_rescues),
+        "false_rescue_detail": _false_rescue_detail(ev, found),
         "late_renewals": sum(1 for e in ev.events if e.get("event") == "heartbeat_late"),
         "slow_renewals": sum(1 for e in ev.events if e.get("event") == "heartbeat_slow"),
         "sigterm_exit_s": _figures([f["exit_after"] for f in terms]),
@@ -536,17 +537,17 @@ def recovery_section(ev: Evidence) -> tuple[dict[str, Any], dict[str, Any]]:
     )
 
 
-def _false_rescues(ev: Evidence) -> list[int]:
-    """Jobs rescued from an executor that was only paused briefly (for less than its lease)
-    while nothing else disturbed its renewals.
+def _false_rescues(ev: Evidence) -> list[tuple[dict[str, Any], AttemptRow]]:
+    """Attempts rescued from an executor that was only paused briefly (for less than its
+    lease) while nothing else disturbed its renewals, each with its pause.
 
     A rescue is false when the short pause is the only fault between the owner's last
     renewal and the rescue (a planned hung first attempt, ended by its maximum runtime, is
-    not a fault of the executor): a database outage or a cut link in that window makes the owner's
-    renewals fail, and it then stops claiming ownership itself (self-fencing), so the
+    not a fault of the executor): a database outage or a cut link in that window makes the
+    owner's renewals fail, and it then stops claiming ownership itself (self-fencing), so the
     rescue is due. Faults on other executors do not count.
     """
-    out: list[int] = []
+    out: list[tuple[dict[str, Any], AttemptRow]] = []
     for f in ev.faults:
         if f["kind"] != "pause_short":
             continue
@@ -570,8 +571,33 @@ def _false_rescues(ev: Evidence) -> list[int]:
                     and g["end"] >= since
                 ]
                 if not others:
-                    out.append(job_id)
-    return sorted(set(out))
+                    out.append((f, a))
+    return out
+
+
+def _false_rescue_detail(
+    ev: Evidence, found: list[tuple[dict[str, Any], AttemptRow]]
+) -> list[dict[str, Any]]:
+    """For each false rescue: how old the owner's last renewal was when the pause began, and
+    the late or slow renewals its executor logged for that job (the evidence of the cause)."""
+    out: list[dict[str, Any]] = []
+    for f, a in found:
+        since = a.heartbeat if a.heartbeat is not None else a.claimed
+        out.append(
+            {
+                "job": a.job,
+                "pid": a.pid,
+                "pause_s": round(f["end"] - f["start"], 3),
+                "renewal_age_at_pause_s": round(f["start"] - since, 3),
+                "renewal_events": [
+                    e
+                    for e in ev.events
+                    if e.get("job") == a.job
+                    and e.get("event") in ("heartbeat_late", "heartbeat_slow")
+                ],
+            }
+        )
+    return out
 
 
 def broker_section(ev: Evidence) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -588,9 +614,7 @@ def broker_section(ev: Evidence) -> tuple[dict[str, Any], dict[str, Any]]:
         if not e.get("repeat") and e.get("status") == "ack"
     }
     db_outages = [f["outage"] for f in ev.faults if f.get("outage")]
-    plan = ev.plan
-    bound = float(plan.get("redispatch_after", 10.0)) + float(plan.get("sweep_interval", 1.0))
-    bound += BROKER_RECONNECT
+    bound = float(ev.plan.get("hint_bound", 11.0)) + BROKER_RECONNECT
     waits: list[float] = []
     over: list[int] = []
     for f in restarts:
@@ -621,7 +645,7 @@ def broker_section(ev: Evidence) -> tuple[dict[str, Any], dict[str, Any]]:
         "duplications": len(dups),
         "copies_added": sum(int(f["copies_added"]) for f in dups),
         "hints_dropped_by_claim": dropped,
-        "celery_worker_restarts": max(0, len(workers) - int(plan.get("celery_workers", 0))),
+        "celery_worker_restarts": max(0, len(workers) - int(ev.plan.get("celery_workers", 0))),
         "claimed_after_broker_return_s": _figures(waits),
         "bound_s": bound,
         "over_bound": sorted(set(over)),
@@ -635,35 +659,6 @@ def broker_section(ev: Evidence) -> tuple[dict[str, Any], dict[str, Any]]:
         f"duplicate deliveries, {dropped} hints dropped by the claim",
         over,
     )
-
-
-def _false_rescue_detail(ev: Evidence, jobs: list[int]) -> list[dict[str, Any]]:
-    """For each false rescue: how old the owner's last renewal was when the pause began, and
-    the late or slow renewals its executor logged for that job (the evidence of the cause)."""
-    out: list[dict[str, Any]] = []
-    for job_id in jobs:
-        for f in ev.faults:
-            if f["kind"] != "pause_short" or job_id not in f.get("jobs", []):
-                continue
-            for a in ev.attempts_of(job_id):
-                if a.pid != f.get("pid") or a.outcome != "lease_expired":
-                    continue
-                since = a.heartbeat if a.heartbeat is not None else a.claimed
-                out.append(
-                    {
-                        "job": job_id,
-                        "pid": a.pid,
-                        "pause_s": round(f["end"] - f["start"], 3),
-                        "renewal_age_at_pause_s": round(f["start"] - since, 3),
-                        "renewal_events": [
-                            e
-                            for e in ev.events
-                            if e.get("job") == job_id
-                            and e.get("event") in ("heartbeat_late", "heartbeat_slow")
-                        ],
-                    }
-                )
-    return out
 
 
 def classification_section(ev: Evidence) -> tuple[dict[str, Any], dict[str, Any]]:

@@ -88,8 +88,9 @@ class Plan:
 
     @property
     def hint_bound(self) -> float:
-        """Seconds a due job on the broker queue may wait after its hint was lost: the
-        re-send delay and one sweep interval (plus the broker's own down time)."""
+        """Seconds a due job on the broker queue may wait after its hint was lost and the
+        broker is back: the re-send delay and one sweep interval (the checker adds the
+        Celery worker's reconnect)."""
         return self.redispatch_after + self.sweep_interval
 
     @property

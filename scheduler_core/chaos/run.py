@@ -91,6 +91,7 @@ def _plan_json(plan: Plan) -> dict[str, Any]:
     d = dataclasses.asdict(plan)
     d["workdir"] = str(plan.workdir) if plan.workdir else None
     d["recovery_bound"] = plan.recovery_bound
+    d["hint_bound"] = plan.hint_bound
     return d
 
 
