@@ -54,6 +54,10 @@ class TenureSettings:
     writes) are ended by the server once idle this long, so an executor frozen mid-transaction
     (stopped, cut off) frees the job rows it locked and the reaper can rescue them on time.
     Set on executor connections only; 0 leaves the server's setting."""
+    PREPARED_STATEMENTS: bool = True
+    """PostgreSQL: send the claim and the completion, the statements every job runs, as
+    prepared statements (planned once per connection). Turn off behind a connection pooler
+    that cannot carry prepared statements across the transactions of one client."""
     HANDLER_IDLE_TX_TIMEOUT_MS: int = 60_000
     """The same limit inside a ``transactional`` job's own transaction, where the handler may
     work between statements (0: no limit). Such a transaction takes no lock on the job row."""

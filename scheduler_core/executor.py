@@ -267,18 +267,32 @@ class NextClaim:
     with the same ownership decision as :func:`scheduler_core.store.claim`: the claimed rows
     commit with the completion or not at all. ``got`` holds the new leases only once that
     transaction is known to have committed (read back when the connection broke during
-    ``COMMIT``); a rolled-back or undecided transaction leaves it empty.
+    ``COMMIT``); a rolled-back or undecided transaction leaves it empty. ``wanted`` says how
+    many jobs to claim when the completion is written (0 once a stop was requested).
     """
 
-    def __init__(self, claim: Callable[[], list[store.Lease]]) -> None:
-        self._claim = claim
+    def __init__(self, *, executor: str, queues: Sequence[str], wanted: Callable[[], int]) -> None:
+        self.executor = executor
+        self.queues = list(queues)
+        self._wanted = wanted
         self._pending: list[store.Lease] = []
         self.got: list[store.Lease] = []
 
     def claim_in_transaction(self) -> None:
         """Run the claim inside the open completion transaction (each try starts afresh)."""
         self._pending = []
-        self._pending = self._claim()
+        n = self._wanted()
+        if n > 0:
+            self._pending = store.claim(executor=self.executor, queues=self.queues, limit=n)
+
+    def complete_and_claim(self, lease: store.Lease) -> int | None:
+        """Write ``lease``'s completion and the claim in one statement
+        (:func:`scheduler_core.store.complete_and_claim`); returns the transaction's id."""
+        self._pending = []
+        xid, self._pending = store.complete_and_claim(
+            lease, executor=self.executor, queues=self.queues, limit=self._wanted()
+        )
+        return xid
 
     def committed(self) -> None:
         """The completion transaction committed: its claims stand."""
@@ -362,10 +376,9 @@ def _run(
             failpoints.hit("before_complete")
 
             def complete() -> int | None:
-                xid = store.complete(lease)
                 if nxt is not None:
-                    nxt.claim_in_transaction()
-                return xid
+                    return nxt.complete_and_claim(lease)
+                return store.complete(lease)
 
             _complete_read_back(lease, complete, xid_from_fn=True)
         if nxt is not None:
@@ -647,14 +660,12 @@ class Worker:
         if self._stopping.is_set() or not self.claim_next:
             return None
 
-        def claim() -> list[store.Lease]:
+        def wanted() -> int:
             # Checked again at the claim itself: a stop requested while the attempt ran
             # means no new work is taken.
-            if self._stopping.is_set():
-                return []
-            return store.claim(executor=self.executor_id, queues=self.queues, limit=1)
+            return 0 if self._stopping.is_set() else 1
 
-        return NextClaim(claim)
+        return NextClaim(executor=self.executor_id, queues=self.queues, wanted=wanted)
 
     def _work(self) -> None:
         rng = random.Random()

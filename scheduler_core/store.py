@@ -92,37 +92,72 @@ _ATTEMPT_INSERT = """
 """The Attempt row of each claimed job, read from the job as the claim left it."""
 
 
+def _claim_ctes(*, by_id: bool, nqueues: int) -> str:
+    """PostgreSQL's claim as ``WITH`` parts: ``cand`` (the due rows, locked), ``claimed`` (the
+    jobs leased) and ``attempt`` (their Attempt rows). Placeholders, in order: the job id or
+    the queue(s), the limit (twice for several queues), the executor."""
+    now = now_sql("postgresql")
+    if by_id or nqueues == 1:
+        # One queue: an ordered walk of the claim index (``tenure_job_claim``), stopping at
+        # the first due rows, however long the backlog.
+        cand = f"""
+        SELECT id FROM tenure_job
+        WHERE state = 'waiting' AND {"id" if by_id else "queue"} = %s AND run_at <= {now}
+        ORDER BY priority DESC, run_at, id
+        LIMIT %s
+        FOR UPDATE SKIP LOCKED"""
+    else:
+        # Several queues: the same ordered walk per queue, then the best of those. A single
+        # ``queue = ANY(...)`` cannot use the index's order and would sort every waiting job
+        # of those queues on every claim. Rows locked here but not taken are released when the
+        # claim's transaction ends; other claimers skip them meanwhile.
+        cand = f"""
+        SELECT c.id FROM unnest(%s::varchar[]) AS q(name)
+        CROSS JOIN LATERAL (
+            SELECT id, priority, run_at FROM tenure_job
+            WHERE state = 'waiting' AND queue = q.name AND run_at <= {now}
+            ORDER BY priority DESC, run_at, id
+            LIMIT %s
+            FOR UPDATE SKIP LOCKED
+        ) AS c
+        ORDER BY c.priority DESC, c.run_at, c.id
+        LIMIT %s"""
+    expiry = f"{now} + make_interval(secs => j.lease_seconds)"
+    return f"""
+    cand AS ({cand}
+    ), claimed AS (
+        UPDATE tenure_job AS j SET {_CLAIM_SET.format(t="j.", now=now, expiry=expiry)}
+        FROM cand WHERE j.id = cand.id AND j.state = 'waiting'
+        RETURNING {", ".join("j." + c.strip() for c in _RETURNING.split(","))},
+            j.lease_owner, j.lease_expires_at
+    ), new_attempt AS (
+        {_ATTEMPT_INSERT} FROM claimed
+        RETURNING id, job_id
+    ), got AS (
+        SELECT {", ".join("claimed." + c.strip() for c in _RETURNING.split(","))},
+            new_attempt.id AS attempt_id
+        FROM claimed JOIN new_attempt ON new_attempt.job_id = claimed.id
+    )"""
+
+
+def _claim_params(
+    *, executor: str, queues: Sequence[str], limit: int, job_id: int | None
+) -> list[Any]:
+    """The placeholders of :func:`_claim_ctes`, in text order."""
+    if job_id is not None:
+        return [job_id, limit, executor]
+    if len(queues) == 1:
+        return [queues[0], limit, executor]
+    return [list(queues), limit, limit, executor]
+
+
 def _claim_sql(vendor: str, *, by_id: bool, nqueues: int) -> str:
     """The claim statement. On PostgreSQL it also inserts the Attempt rows (a data-modifying
     ``WITH``), so a claim is one statement and one round trip, atomic on its own; each row
     returned ends with its attempt's id."""
     now = now_sql(vendor)
     if vendor == "postgresql":
-        where = "id = %s" if by_id else "queue = ANY(%s)"
-        return f"""
-        WITH cand AS (
-            SELECT id FROM tenure_job
-            WHERE state = 'waiting' AND {where} AND run_at <= {now}
-            ORDER BY priority DESC, run_at, id
-            LIMIT %s
-            FOR UPDATE SKIP LOCKED
-        )
-        , claimed AS (
-            UPDATE tenure_job AS j SET {
-            _CLAIM_SET.format(
-                t="j.", now=now, expiry=f"{now} + make_interval(secs => j.lease_seconds)"
-            )
-        }
-            FROM cand WHERE j.id = cand.id AND j.state = 'waiting'
-            RETURNING {", ".join("j." + c.strip() for c in _RETURNING.split(","))},
-                j.lease_owner, j.lease_expires_at
-        ), attempt AS (
-            {_ATTEMPT_INSERT} FROM claimed
-            RETURNING id, job_id
-        )
-        SELECT {", ".join("claimed." + c.strip() for c in _RETURNING.split(","))}, attempt.id
-        FROM claimed JOIN attempt ON attempt.job_id = claimed.id
-        """
+        return f"WITH {_claim_ctes(by_id=by_id, nqueues=nqueues)} SELECT * FROM got"
     # SQLite: the transaction began IMMEDIATE, so it holds the write lock from its first
     # statement; the conditional UPDATE below is still the single ownership decision.
     expiry = "strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now', '+' || lease_seconds || ' seconds')"
@@ -159,31 +194,29 @@ def claim(
     by_id = job_id is not None
     sql = _claim_sql(vendor, by_id=by_id, nqueues=len(queues))
     sent = time.monotonic()
-    where: list[Any] = (
-        [job_id] if by_id else [list(queues)] if vendor == "postgresql" else [*queues]
-    )
-    # Placeholders in text order: PostgreSQL's CTE comes before the SET, SQLite's after it.
     if vendor == "postgresql":
-        params = [*where, limit, executor]
-    else:
-        params = [executor, *where, limit]
-    if vendor == "postgresql":
-        with conn.cursor() as cur:
-            cur.execute(sql, params)
-            rows = cur.fetchall()
-        attempt_ids = {r[0]: r[-1] for r in rows}
-    else:
-        with transaction.atomic(using=DB), conn.cursor() as cur:
-            cur.execute(sql, params)
-            rows = cur.fetchall()
-            if not rows:
-                return []
-            marks = ", ".join(["%s"] * len(rows))
-            cur.execute(
-                f"{_ATTEMPT_INSERT} FROM tenure_job WHERE id IN ({marks}) RETURNING id, job_id",
-                [r[0] for r in rows],
-            )
-            attempt_ids = {job: att for att, job in cur.fetchall()}
+        rows = _pg_rows(
+            sql, _claim_params(executor=executor, queues=queues, limit=limit, job_id=job_id)
+        )
+        return _leases(rows, executor=executor, sent=sent)
+    # Placeholders in text order: SQLite's WHERE comes after the SET.
+    params: list[Any] = [executor, *([job_id] if by_id else queues), limit]
+    with transaction.atomic(using=DB), conn.cursor() as cur:
+        cur.execute(sql, params)
+        rows = cur.fetchall()
+        if not rows:
+            return []
+        marks = ", ".join(["%s"] * len(rows))
+        cur.execute(
+            f"{_ATTEMPT_INSERT} FROM tenure_job WHERE id IN ({marks}) RETURNING id, job_id",
+            [r[0] for r in rows],
+        )
+        attempt_ids = {job: att for att, job in cur.fetchall()}
+    return _leases([(*r, attempt_ids[r[0]]) for r in rows], executor=executor, sent=sent)
+
+
+def _leases(rows: Sequence[Sequence[Any]], *, executor: str, sent: float) -> list[Lease]:
+    """Leases from claimed rows (the ``_RETURNING`` columns, then the attempt's id)."""
     leases = []
     for r in rows:
         payload = json.loads(r[6]) if isinstance(r[6], str | bytes) else r[6]
@@ -194,7 +227,7 @@ def claim(
                 job_id=r[0],
                 fence=r[1],
                 attempt=r[2],
-                attempt_id=attempt_ids[r[0]],
+                attempt_id=r[13],
                 kind=r[3],
                 name=r[4],
                 queue=r[5],
@@ -208,6 +241,25 @@ def claim(
             )
         )
     return leases
+
+
+def _pg_rows(sql: str, params: Sequence[Any]) -> list[Any]:
+    """Run one hot-path statement on PostgreSQL as a prepared statement (planned once per
+    connection, not on every call) and return its rows; errors are Django's, as for any query."""
+    import psycopg
+
+    conn = connections[DB]
+    conn.ensure_connection()
+    raw = conn.connection
+    prepare = conf.get().PREPARED_STATEMENTS
+    if prepare and raw.prepare_threshold is None:
+        # Django turns automatic preparation off (None), which also ignores prepare=True. A
+        # threshold never reached prepares only what asks for it: Django's own cursors bind
+        # on the client and are never prepared either way.
+        raw.prepare_threshold = 1 << 30
+    with conn.wrap_database_errors, psycopg.Cursor(raw) as cur:
+        cur.execute(sql, params, prepare=prepare)
+        return cur.fetchall()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -340,12 +392,53 @@ def complete(lease: Lease) -> int | None:
         conf.get().TEST_DISABLE_FENCE,
         lease.attempt_id,
     ]
-    with transaction.atomic(using=DB, savepoint=False), conn.cursor() as cur:
-        cur.execute(_COMPLETE_SQL.format(target=t.target.value), params)
-        mine, xid = cur.fetchone()
+    with transaction.atomic(using=DB, savepoint=False):
+        ((mine, xid),) = _pg_rows(_COMPLETE_SQL.format(target=t.target.value), params)
     if mine != 1:
         raise StaleAttempt(lease.job_id, lease.fence, t.name)
     return int(xid)
+
+
+def complete_and_claim(
+    lease: Lease, *, executor: str, queues: Sequence[str], limit: int
+) -> tuple[int | None, list[Lease]]:
+    """:func:`complete` ``lease`` and :func:`claim` up to ``limit`` more jobs in the caller's
+    transaction; the claims stand only if that transaction commits.
+
+    On PostgreSQL both are one prepared statement, returning the transaction's id as
+    :func:`complete` does. A refused completion
+    raises :class:`StaleAttempt`; the caller's rollback then undoes the claims too.
+    """
+    conn = connections[DB]
+    if conn.vendor != "postgresql":
+        xid = complete(lease)
+        got = claim(executor=executor, queues=queues, limit=limit) if limit > 0 else []
+        return xid, got
+    t = states.COMPLETE
+    sql = (
+        _COMPLETE_SQL.format(target=t.target.value)
+        .replace("WITH job AS", f"WITH {_claim_ctes(by_id=False, nqueues=len(queues))}, job AS")
+        .replace(
+            "SELECT (SELECT count(*) FROM job), txid_current()",
+            "SELECT (SELECT count(*) FROM job), txid_current(), got.*"
+            " FROM (SELECT 1) AS one LEFT JOIN got ON true",
+        )
+    )
+    params = [
+        *_claim_params(executor=executor, queues=queues, limit=limit, job_id=None),
+        lease.job_id,
+        [s.value for s in t.sources],
+        lease.fence,
+        conf.get().TEST_DISABLE_FENCE,
+        lease.attempt_id,
+    ]
+    sent = time.monotonic()
+    rows = _pg_rows(sql, params)
+    mine, xid = rows[0][0], rows[0][1]
+    if mine != 1:
+        raise StaleAttempt(lease.job_id, lease.fence, t.name)
+    got = [r[2:] for r in rows if r[2] is not None]
+    return int(xid), _leases(got, executor=executor, sent=sent)
 
 
 _COMPLETE_SQL = """

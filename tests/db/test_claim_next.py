@@ -26,7 +26,7 @@ def _claim(limit: int = 1) -> list[store.Lease]:
 
 
 def _next() -> executor.NextClaim:
-    return executor.NextClaim(lambda: _claim(1))
+    return executor.NextClaim(executor=EXEC, queues=["claimnext"], wanted=lambda: 1)
 
 
 def test_completion_claims_the_next_job_in_the_same_transaction() -> None:
