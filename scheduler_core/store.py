@@ -437,8 +437,8 @@ def complete_and_claim(
     mine, xid = rows[0][0], rows[0][1]
     if mine != 1:
         raise StaleAttempt(lease.job_id, lease.fence, t.name)
-    got = [r[2:] for r in rows if r[2] is not None]
-    return int(xid), _leases(got, executor=executor, sent=sent)
+    claimed = [r[2:] for r in rows if r[2] is not None]
+    return int(xid), _leases(claimed, executor=executor, sent=sent)
 
 
 _COMPLETE_SQL = """
