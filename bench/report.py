@@ -277,22 +277,23 @@ def write(data: dict[str, Any], out_dir: Path, stem: str) -> Path:
 
 WHY = {
     "broker-less drain >= 1.5x procrastinate": (
-        "Per job the broker-less executor makes one commit: `BEGIN`, the completion (one "
-        "statement that also closes the attempt and returns the transaction id), the claim "
-        "of the thread's next job, `COMMIT` -- four round trips. The explicit transaction is "
-        "what lets an executor whose connection breaks during `COMMIT` read the outcome back "
-        "by transaction id (`txid_status`) instead of guessing, and what makes the next claim "
-        "stand or fall with the completion. procrastinate makes two round trips (two "
-        "procedure calls in autocommit) from an asyncio loop. With one worker the drain is "
-        "bound by round trips and Tenure's Python path (Django's connection and transaction "
-        "handling, one thread per running job, about 1 ms a job); with more workers on 2 "
-        "cores it is bound by CPU shared with the server. Going further would mean claiming "
-        "ahead of free slots (jobs leased while they wait in memory) or completing outside a "
-        "transaction, which would give up the lease and read-back guarantees."
+        "Per job the broker-less executor makes one commit in three round trips: `BEGIN`, "
+        "one prepared statement (the fenced completion, the attempt's end, the claim of the "
+        "thread's next job with its attempt row, and the transaction id), `COMMIT`. The "
+        "explicit transaction is what lets an executor whose connection breaks during "
+        "`COMMIT` read the outcome back by transaction id (`txid_status`) instead of "
+        "guessing, and what makes the next claim stand or fall with the completion. "
+        "procrastinate makes two round trips (two procedure calls in autocommit) from an "
+        "asyncio loop. With one worker the drain is bound by those round trips, the commit's "
+        "flush and Tenure's Python path (Django's connection and transaction handling, one "
+        "thread per running job); with more workers on 2 cores it is bound by CPU shared "
+        "with the server. Going further would mean claiming ahead of free slots (jobs leased "
+        "while they wait in memory) or completing outside a transaction, which would give up "
+        "the lease and read-back guarantees."
     ),
     "broker-less drain >= 1.0x pgqueuer": (
         "pgqueuer finishes a job in two autocommit statements from asyncio (dequeue, then a "
-        "log insert and delete) and keeps no attempt history or fenced lease; Tenure's four "
+        "log insert and delete) and keeps no attempt history or fenced lease; Tenure's three "
         "round trips per job are the completion's transaction (see the row above)."
     ),
     "broker-less drain >= 1.5x django-tasks-db": (
@@ -301,7 +302,7 @@ WHY = {
     ),
     ">= 50 % of pgbench": (
         "A pgbench `-N` transaction is one commit from a C client; a Tenure job is one commit "
-        "(the completion with the next claim, four round trips) plus about 1 ms of Python on "
+        "(the completion with the next claim, three round trips) plus Python on "
         "the same 2 cores as the server, so the workers and the server compete for the CPU "
         "pgbench's C client hardly uses."
     ),

@@ -38,6 +38,11 @@ class TenureSettings:
     """On SIGTERM an executor stops claiming and waits this long before releasing its jobs."""
     SWEEP_INTERVAL: float = 1.0
     """run_scheduler: seconds between maintenance rounds."""
+    CELERY_CHAIN_SECONDS: float = 1.0
+    """Celery executor: after a message's job succeeds, claim the next due job of the same queue
+    in that completion's transaction and run it in the same task, for up to this many seconds
+    per message (0: one job per message). The messages of jobs taken this way are dropped at
+    the claim, as duplicates are."""
     REDISPATCH_AFTER_SECONDS: float = 10.0
     """The dispatcher re-sends a broker hint for a due job not claimed this long after the last."""
     BROKER_QUEUE_PREFIX: str = ""

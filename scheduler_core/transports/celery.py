@@ -9,6 +9,12 @@ Messages are JSON only (``accept_content=["json"]``), so a pickle-typed message 
 the worker before anything is deserialised. A duplicated message finds the job already leased
 or finished and is dropped with a log line; a lost one is re-sent by the dispatcher. A future
 ``run_at`` is held in the database, never as a broker ETA.
+
+A message is a wake-up, not an assignment: after its job succeeds, the task claims the next due
+job of the same queue inside that completion's transaction (as the broker-less executor does)
+and runs it too, for up to ``TENURE_CELERY_CHAIN_SECONDS`` per message. A job taken this way is
+claimed like any other; its own message, arriving later, finds it leased or finished and is
+dropped.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from typing import Any
 
 from celery import shared_task
@@ -23,7 +30,7 @@ from celery.signals import worker_process_shutdown
 from django.db import DatabaseError
 from django.db import connection as db_connection
 
-from .. import executor, store
+from .. import conf, executor, store
 
 log = logging.getLogger("tenure.transports.celery")
 
@@ -72,10 +79,19 @@ def run_job(job_id: Any) -> str:
         log.info("dropped hint for job %s: unknown, not waiting, or not yet due", job_id)
         store.log_event("hint_dropped", job=job_id)
         return "dropped"
-    lease = leases[0]
-    store.log_event("claim", job=lease.job_id, fence=lease.fence, attempt_kind=lease.kind)
-    outcome = executor.run_lease(lease, heartbeater=hb)
-    store.log_event("end", job=lease.job_id, fence=lease.fence, outcome=outcome)
+    chain_until = time.monotonic() + conf.get().CELERY_CHAIN_SECONDS
+
+    def wanted() -> int:
+        return 1 if time.monotonic() < chain_until else 0
+
+    lease: store.Lease | None = leases[0]
+    outcome = ""
+    while lease is not None:
+        store.log_event("claim", job=lease.job_id, fence=lease.fence, attempt_kind=lease.kind)
+        nxt = executor.NextClaim(executor=executor_id, queues=[lease.queue], wanted=wanted)
+        outcome = executor.run_lease(lease, heartbeater=hb, next_claim=nxt)
+        store.log_event("end", job=lease.job_id, fence=lease.fence, outcome=outcome)
+        lease = nxt.got[0] if nxt.got else None
     return outcome
 
 

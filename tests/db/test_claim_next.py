@@ -99,3 +99,22 @@ def test_a_worker_drains_mostly_through_completion_claims(monkeypatch: pytest.Mo
     assert Attempt.objects.filter(job_id__in=ids).count() == 20
     # The first job came from the claim loop; the rest from the completions before them.
     assert sum(loop_claims) < 5, loop_claims
+
+
+def test_a_celery_message_runs_the_queues_due_jobs_back_to_back(
+    settings: Any,
+) -> None:
+    from scheduler_core.transports import celery as celery_transport
+
+    ids = ok.enqueue_many([{"n": i} for i in range(3)])
+    # The first message's task takes all three: the next job is claimed in each completion.
+    assert celery_transport.run_job(ids[0]) == "succeeded"
+    assert set(Job.objects.filter(pk__in=ids).values_list("state", flat=True)) == {"succeeded"}
+    assert Attempt.objects.filter(job_id__in=ids).count() == 3
+    # The other jobs' messages then find nothing to run.
+    assert celery_transport.run_job(ids[1]) == "dropped"
+    # With chaining off, a message runs its own job only.
+    settings.TENURE_CELERY_CHAIN_SECONDS = 0
+    more = ok.enqueue_many([{"n": i} for i in range(2)])
+    assert celery_transport.run_job(more[0]) == "succeeded"
+    assert Job.objects.get(pk=more[1]).state == "waiting"
