@@ -307,13 +307,16 @@ WHY = {
         "pgbench's C client hardly uses."
     ),
     "Celery executor >= 0.7x Celery alone": (
-        "Celery alone runs a task that does nothing and touches no database; every Tenure "
-        "message adds the claim and the fenced completion (two commits, four round trips) to "
-        "the same Celery machinery, which costs several times Celery's own per-message work "
-        "on this machine. A message names its job, so the next job cannot be claimed inside "
-        "the completion as the broker-less executor does. Tenure's Celery executor keeps pool "
-        "processes' connections (`CELERY_DB_REUSE_MAX`), so what remains is the database "
-        "work itself."
+        "Celery alone runs a task that does nothing and touches no database. Tenure's Celery "
+        "executor claims the job a message names (one commit), and after each success claims "
+        "the queue's next due job inside the completion's commit and runs it in the same "
+        "task (`TENURE_CELERY_CHAIN_SECONDS`); the messages of jobs taken that way are "
+        "dropped at a claim that finds them taken. Every message is still consumed through "
+        "Celery's own machinery, so with one pool process each job costs Celery's whole "
+        "per-message work plus a durable commit in the same process, and the ratio stays "
+        "under 1/(1 + commit time / Celery's per-message time). With several processes the "
+        "chained claims are no longer paced by the broker. Dropping the durable commit (or "
+        "the claim) would give up the guarantees this executor exists for."
     ),
     "bulk enqueue": "One statement per batch; the rate is bound by payload validation in Python.",
     "idle pickup p99": (
