@@ -94,8 +94,9 @@ _ATTEMPT_INSERT = """
 
 def _claim_ctes(*, by_id: bool, nqueues: int) -> str:
     """PostgreSQL's claim as ``WITH`` parts: ``cand`` (the due rows, locked), ``claimed`` (the
-    jobs leased) and ``attempt`` (their Attempt rows). Placeholders, in order: the job id or
-    the queue(s), the limit (twice for several queues), the executor."""
+    jobs leased), ``new_attempt`` (their Attempt rows) and ``got`` (each claimed row with its
+    attempt's id). Placeholders, in order: the job id or the queue(s), the limit (twice for
+    several queues), the executor."""
     now = now_sql("postgresql")
     if by_id or nqueues == 1:
         # One queue: an ordered walk of the claim index (``tenure_job_claim``), stopping at
@@ -384,18 +385,12 @@ def complete(lease: Lease) -> int | None:
     if conn.vendor != "postgresql":
         finish(lease, Decision(transition=states.COMPLETE), outcome="succeeded")
         return None
-    t = states.COMPLETE
-    params: list[Any] = [
-        lease.job_id,
-        [s.value for s in t.sources],
-        lease.fence,
-        conf.get().TEST_DISABLE_FENCE,
-        lease.attempt_id,
-    ]
     with transaction.atomic(using=DB, savepoint=False):
-        ((mine, xid),) = _pg_rows(_COMPLETE_SQL.format(target=t.target.value), params)
+        ((mine, xid),) = _pg_rows(
+            f"WITH {_COMPLETE_CTES} SELECT {_COMPLETE_RESULT}", _complete_params(lease)
+        )
     if mine != 1:
-        raise StaleAttempt(lease.job_id, lease.fence, t.name)
+        raise StaleAttempt(lease.job_id, lease.fence, states.COMPLETE.name)
     return int(xid)
 
 
@@ -405,57 +400,60 @@ def complete_and_claim(
     """:func:`complete` ``lease`` and :func:`claim` up to ``limit`` more jobs in the caller's
     transaction; the claims stand only if that transaction commits.
 
-    On PostgreSQL both are one prepared statement, returning the transaction's id as
-    :func:`complete` does. A refused completion
-    raises :class:`StaleAttempt`; the caller's rollback then undoes the claims too.
+    On PostgreSQL both are one prepared statement (the claim's and the completion's ``WITH``
+    parts together), returning the transaction's id as :func:`complete` does. A refused
+    completion raises :class:`StaleAttempt`; the caller's rollback then undoes the claims too.
     """
     conn = connections[DB]
     if conn.vendor != "postgresql":
         xid = complete(lease)
         got = claim(executor=executor, queues=queues, limit=limit) if limit > 0 else []
         return xid, got
-    t = states.COMPLETE
     sql = (
-        _COMPLETE_SQL.format(target=t.target.value)
-        .replace("WITH job AS", f"WITH {_claim_ctes(by_id=False, nqueues=len(queues))}, job AS")
-        .replace(
-            "SELECT (SELECT count(*) FROM job), txid_current()",
-            "SELECT (SELECT count(*) FROM job), txid_current(), got.*"
-            " FROM (SELECT 1) AS one LEFT JOIN got ON true",
-        )
+        f"WITH {_claim_ctes(by_id=False, nqueues=len(queues))}, {_COMPLETE_CTES} "
+        f"SELECT {_COMPLETE_RESULT}, got.* FROM (SELECT 1) AS one LEFT JOIN got ON true"
     )
     params = [
         *_claim_params(executor=executor, queues=queues, limit=limit, job_id=None),
-        lease.job_id,
-        [s.value for s in t.sources],
-        lease.fence,
-        conf.get().TEST_DISABLE_FENCE,
-        lease.attempt_id,
+        *_complete_params(lease),
     ]
     sent = time.monotonic()
     rows = _pg_rows(sql, params)
     mine, xid = rows[0][0], rows[0][1]
     if mine != 1:
-        raise StaleAttempt(lease.job_id, lease.fence, t.name)
+        raise StaleAttempt(lease.job_id, lease.fence, states.COMPLETE.name)
     claimed = [r[2:] for r in rows if r[2] is not None]
     return int(xid), _leases(claimed, executor=executor, sent=sent)
 
 
-_COMPLETE_SQL = """
-    WITH job AS (
-        UPDATE tenure_job SET state = '{target}', updated_at = clock_timestamp(),
-            version = version + 1, lease_owner = '', lease_expires_at = NULL, reason = '',
-            next_kind = 'run', finished_at = clock_timestamp()
+def _complete_params(lease: Lease) -> list[Any]:
+    """The placeholders of ``_COMPLETE_CTES``, in text order."""
+    return [
+        lease.job_id,
+        [s.value for s in states.COMPLETE.sources],
+        lease.fence,
+        conf.get().TEST_DISABLE_FENCE,
+        lease.attempt_id,
+    ]
+
+
+_COMPLETE_CTES = f"""
+    job AS (
+        UPDATE tenure_job SET state = '{states.COMPLETE.target.value}',
+            updated_at = clock_timestamp(), version = version + 1, lease_owner = '',
+            lease_expires_at = NULL, reason = '', next_kind = 'run',
+            finished_at = clock_timestamp()
         WHERE id = %s AND state = ANY(%s) AND (fence = %s OR %s)
         RETURNING id
     ), attempt AS (
         UPDATE tenure_attempt SET outcome = 'succeeded', finished_at = clock_timestamp()
         WHERE id = %s AND finished_at IS NULL AND EXISTS (SELECT 1 FROM job)
-    )
-    SELECT (SELECT count(*) FROM job), txid_current()
-"""
-""":func:`complete` on PostgreSQL: :func:`finish`'s writes for ``COMPLETE`` in one statement
+    )"""
+""":func:`complete` on PostgreSQL as ``WITH`` parts: :func:`finish`'s writes for ``COMPLETE``
 (``tests/db/test_bulk_and_fast_paths.py`` checks the two leave the same rows)."""
+
+_COMPLETE_RESULT = "(SELECT count(*) FROM job), txid_current()"
+"""Whether the fenced completion matched its job (1 or 0), and the transaction's id."""
 
 
 def _close_attempt(attempt_id: int, outcome: str, failure: Failure | None) -> None:
