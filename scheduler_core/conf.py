@@ -39,10 +39,15 @@ class TenureSettings:
     SWEEP_INTERVAL: float = 1.0
     """run_scheduler: seconds between maintenance rounds."""
     CELERY_CHAIN_SECONDS: float = 1.0
-    """Celery executor: after a message's job succeeds, claim the next due job of the same queue
-    in that completion's transaction and run it in the same task, for up to this many seconds
+    """Celery executor: after a message's job succeeds, claim the next due jobs of the same queue
+    in that completion's transaction and run them in the same task, for up to this many seconds
     per message (0: one job per message). The messages of jobs taken this way are dropped at
-    the claim, as duplicates are."""
+    the claim, as duplicates are (:mod:`scheduler_core.chain`)."""
+    CELERY_COMMIT_WINDOW: float = 0.05
+    """Celery executor: within a chain, a successful completion may wait up to this many seconds
+    (plus the handler then running) to commit with the next ones in one statement; 0 commits
+    each on its own. A process killed meanwhile loses those completions: the jobs run again
+    once their leases expire. ``transactional`` jobs always commit with their handler."""
     REDISPATCH_AFTER_SECONDS: float = 10.0
     """The dispatcher re-sends a broker hint for a due job not claimed this long after the last."""
     BROKER_QUEUE_PREFIX: str = ""

@@ -177,6 +177,7 @@ def _complete_read_back(
     *,
     tries: int = 3,
     xid_from_fn: bool = False,
+    probe: Callable[[], store.Lease] | None = None,
 ) -> None:
     """Run ``fn`` (ending with the fenced completion) in one transaction and commit it; when
     the connection breaks on the way, read the outcome back, never guess.
@@ -186,7 +187,8 @@ def _complete_read_back(
     trip), so after a break during ``COMMIT`` the read-back waits until the server has decided
     that transaction (``txid_status``) before reading the attempt's row; a decided row then
     says whether the completion landed. ``in_commit`` is the failpoint between the
-    completion's write and ``COMMIT``.
+    completion's write and ``COMMIT``. ``probe`` names the attempt to read back when ``fn``
+    completes several (one whose completion the statement matched).
     """
     for n in range(tries):
         xid: list[int] = []
@@ -201,7 +203,7 @@ def _complete_read_back(
             return
         except (OperationalError, InterfaceError):
             db_connection.close()
-            outcome = _read_back(lease, xid[0] if xid else None)
+            outcome = _read_back(probe() if probe else lease, xid[0] if xid else None)
             if outcome == "succeeded":
                 log.warning("job %s: connection lost at commit; read back: committed", lease.job_id)
                 return
@@ -305,13 +307,17 @@ def run_lease(
     heartbeater: Heartbeater | None = None,
     rng: random.Random | None = None,
     next_claim: NextClaim | None = None,
+    defer: Callable[[JobContext], bool] | None = None,
 ) -> str:
     """Run one claimed attempt and record its end through the write seam.
 
     Returns the attempt's outcome (``succeeded``, ``retried``, ``failed``, ``indeterminate``,
     ``snoozed`` or ``stale``). A refused write stops the attempt; nothing more is written for
     it and the refusal is recorded. With ``next_claim``, a successful attempt's completion
-    transaction also claims the executor's next job (see :class:`NextClaim`).
+    transaction also claims the executor's next job (see :class:`NextClaim`). With ``defer``,
+    a successful attempt of a job that is not ``transactional`` is handed to ``defer`` instead
+    of being completed; when it accepts, the outcome is ``deferred``: the caller writes the
+    completion later (:mod:`scheduler_core.chain`) and the attempt stays in ``heartbeater``.
     """
     rng = rng or random.Random()
     ctx = JobContext(lease)
@@ -319,26 +325,30 @@ def run_lease(
     if heartbeater is not None:
         heartbeater.add(ctx, timeout=jt.timeout if jt else None)
     started = time.monotonic()
+    outcome = ""
     try:
         failpoints.hit("after_claim")
         if jt is None:
-            return _end_with_error(
+            outcome = _end_with_error(
                 ctx,
                 None,
                 JobError(f"no handler registered as {lease.name!r} in this process"),
                 rng,
             )
-        if lease.kind == outcomes.Kind.RECONCILE:
-            return _reconcile(ctx, jt, rng)
-        return _run(ctx, jt, rng, next_claim)
+        elif lease.kind == outcomes.Kind.RECONCILE:
+            outcome = _reconcile(ctx, jt, rng)
+        else:
+            outcome = _run(ctx, jt, rng, next_claim, defer)
     except StaleAttempt as e:
         metrics.stale_refused(e.write)
         store.record_stale(e, lease.executor)
-        return "stale"
+        outcome = "stale"
     finally:
         metrics.attempt_finished(lease.name, time.monotonic() - started)
-        if heartbeater is not None:
+        # A deferred completion keeps its lease renewed until it is written.
+        if heartbeater is not None and outcome != "deferred":
             heartbeater.remove(ctx)
+    return outcome
 
 
 def _handler(jt: registry.JobType, kind: str) -> Callable[..., Any]:
@@ -349,7 +359,11 @@ def _handler(jt: registry.JobType, kind: str) -> Callable[..., Any]:
 
 
 def _run(
-    ctx: JobContext, jt: registry.JobType, rng: random.Random, nxt: NextClaim | None = None
+    ctx: JobContext,
+    jt: registry.JobType,
+    rng: random.Random,
+    nxt: NextClaim | None = None,
+    defer: Callable[[JobContext], bool] | None = None,
 ) -> str:
     lease = ctx.lease
     handler = _handler(jt, lease.kind)
@@ -374,6 +388,8 @@ def _run(
         else:
             handler(ctx, **lease.payload)
             failpoints.hit("before_complete")
+            if defer is not None and defer(ctx):
+                return "deferred"
 
             def complete() -> int | None:
                 if nxt is not None:

@@ -11,10 +11,11 @@ or finished and is dropped with a log line; a lost one is re-sent by the dispatc
 ``run_at`` is held in the database, never as a broker ETA.
 
 A message is a wake-up, not an assignment: after its job succeeds, the task claims the next due
-job of the same queue inside that completion's transaction (as the broker-less executor does)
-and runs it too, for up to ``TENURE_CELERY_CHAIN_SECONDS`` per message. A job taken this way is
-claimed like any other; its own message, arriving later, finds it leased or finished and is
-dropped.
+jobs of the same queue and runs them too, for up to ``TENURE_CELERY_CHAIN_SECONDS`` per
+message, their successful completions committed together (:mod:`scheduler_core.chain`). A job
+taken this way is claimed like any other; its own message, arriving later, is dropped: without
+a query when this process saw the job's completion commit, else at a claim that finds it
+leased or finished.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import logging
 import os
 import threading
 import time
+from collections import deque
 from typing import Any
 
 from celery import shared_task
@@ -30,7 +32,7 @@ from celery.signals import worker_process_shutdown
 from django.db import DatabaseError
 from django.db import connection as db_connection
 
-from .. import conf, executor, store
+from .. import chain, conf, executor, store
 
 log = logging.getLogger("tenure.transports.celery")
 
@@ -38,6 +40,38 @@ TASK_NAME = "tenure.run"
 
 _state: dict[str, Any] = {}
 _lock = threading.Lock()
+
+
+class _Recent:
+    """Job ids whose success this process committed in the last ``ttl`` seconds (at most
+    ``size``). Succeeded is a final state (no operator action leaves it), so a hint for one of
+    them is dropped unasked; the time bound keeps a reset database's reused ids from being
+    dropped for longer than that (the dispatcher re-sends a due job's hint)."""
+
+    def __init__(self, size: int, ttl: float) -> None:
+        self._order: deque[tuple[float, int]] = deque()
+        self._ids: dict[int, float] = {}
+        self._size = size
+        self._ttl = ttl
+
+    def __contains__(self, job_id: object) -> bool:
+        at = self._ids.get(job_id) if isinstance(job_id, int) else None
+        return at is not None and time.monotonic() - at < self._ttl
+
+    def extend(self, job_ids: list[int]) -> None:
+        now = time.monotonic()
+        for job_id in job_ids:
+            self._ids[job_id] = now
+            self._order.append((now, job_id))
+        while self._order and (
+            len(self._order) > self._size or now - self._order[0][0] >= self._ttl
+        ):
+            at, job_id = self._order.popleft()
+            if self._ids.get(job_id) == at:
+                del self._ids[job_id]
+
+
+_finished_here = _Recent(100_000, ttl=60.0)
 
 
 def _process_executor() -> tuple[str, executor.Heartbeater]:
@@ -74,25 +108,26 @@ def run_job(job_id: Any) -> str:
         return "dropped"
     executor.drop_connection_if_broken()
     executor_id, hb = _process_executor()
+    if job_id in _finished_here:
+        log.info("dropped hint for job %s: it succeeded in this process", job_id)
+        store.log_event("hint_dropped", job=job_id)
+        return "dropped"
     leases = store.claim(executor=executor_id, job_id=job_id, limit=1)
     if not leases:
         log.info("dropped hint for job %s: unknown, not waiting, or not yet due", job_id)
         store.log_event("hint_dropped", job=job_id)
         return "dropped"
-    chain_until = time.monotonic() + conf.get().CELERY_CHAIN_SECONDS
-
-    def wanted() -> int:
-        return 1 if time.monotonic() < chain_until else 0
-
-    lease: store.Lease | None = leases[0]
-    outcome = ""
-    while lease is not None:
-        store.log_event("claim", job=lease.job_id, fence=lease.fence, attempt_kind=lease.kind)
-        nxt = executor.NextClaim(executor=executor_id, queues=[lease.queue], wanted=wanted)
-        outcome = executor.run_lease(lease, heartbeater=hb, next_claim=nxt)
-        store.log_event("end", job=lease.job_id, fence=lease.fence, outcome=outcome)
-        lease = nxt.got[0] if nxt.got else None
-    return outcome
+    run = chain.Chain(
+        executor_id=executor_id,
+        queue=leases[0].queue,
+        heartbeater=hb,
+        seconds=conf.get().CELERY_CHAIN_SECONDS,
+        window=conf.get().CELERY_COMMIT_WINDOW,
+    )
+    try:
+        return run.run(leases[0])
+    finally:
+        _finished_here.extend(run.succeeded)
 
 
 def publish(job_id: int, queue: str) -> None:

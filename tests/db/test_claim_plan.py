@@ -53,6 +53,28 @@ def test_the_claim_reads_the_index_in_order_whatever_the_backlog(queues: list[st
     assert Job.objects.get(pk=lease.job_id).state == "leased"
 
 
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL's planner")
+def test_claimed_and_completed_rows_are_found_by_key_when_statistics_are_stale() -> None:
+    # Statistics taken while every job had succeeded (the usual picture), then a burst of new
+    # jobs: the planner believes almost none is waiting, which once made it walk the state
+    # index through every waiting job to find the few rows the claim had locked.
+    in_b.enqueue_many([{"n": i} for i in range(3000)])
+    Job.objects.update(state="succeeded")
+    with connection.cursor() as cur:
+        cur.execute("ANALYZE tenure_job")
+    in_a.enqueue_many([{"n": i} for i in range(3000)])
+    [lease] = store.claim(executor=EXEC, queues=["plan_a"], limit=1)
+    sql = store._complete_many_sql(1)
+    params = [
+        *store._claim_params(executor=EXEC, queues=["plan_a"], limit=8, job_id=None),
+        *store._complete_params([lease]),
+    ]
+    plan = _plan(sql, params)
+    assert "tenure_job_state" not in plan, plan
+    assert "Seq Scan on tenure_job" not in plan, plan
+    assert "Index Scan using tenure_job_pkey on tenure_job j" in plan, plan
+
+
 def test_several_queues_are_claimed_in_one_priority_order() -> None:
     low_a = in_a.enqueue(n=1)
     high_b = in_b.enqueue(n=2, priority=5)
@@ -61,7 +83,7 @@ def test_several_queues_are_claimed_in_one_priority_order() -> None:
     got = store.claim(executor=EXEC, queues=["plan_a", "plan_b"], limit=3)
     # Priority first, then due time and id, across both queues: of the two lowest, the
     # older is taken and the newer left.
-    assert {x.job_id for x in got} == {high_b.pk, mid_a.pk, low_a.pk}
+    assert [x.job_id for x in got] == [high_b.pk, mid_a.pk, low_a.pk]
     assert Job.objects.get(pk=low_b.pk).state == "waiting"
     [last] = store.claim(executor=EXEC, queues=["plan_b", "plan_a"], limit=3)
     assert last.job_id == low_b.pk
