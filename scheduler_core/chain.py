@@ -22,7 +22,8 @@ What that changes, and what it does not (``docs/transports.md``):
   window plus the running handler), not new. ``transactional`` jobs commit with their handler's
   writes, as always; set the window to 0 to commit every completion on its own.
 * Jobs claimed for the batch and not yet started are in the heartbeat too, so a slow handler
-  does not let the rest of its batch expire; one whose renewal is refused is not run.
+  does not let the rest of its batch expire; one whose renewal is refused is not run. A killed
+  process holds them (at most ``BATCH_MAX``) until their leases expire.
 """
 
 from __future__ import annotations
@@ -83,15 +84,15 @@ class Chain:
                     self.hb.add(ctx)
                 started = time.monotonic()
                 for i, lease in enumerate(batch):
+                    store.log_event(
+                        "claim", job=lease.job_id, fence=lease.fence, attempt_kind=lease.kind
+                    )
                     waited = queued.pop(lease.attempt_id, None)
                     if waited is not None and waited.lost:
                         # Its renewal was refused (and recorded): another attempt owns it now.
                         self.hb.remove(waited)
                         self._ended(lease, "stale")
                         continue
-                    store.log_event(
-                        "claim", job=lease.job_id, fence=lease.fence, attempt_kind=lease.kind
-                    )
                     out = run_lease(lease, heartbeater=self.hb, defer=self._defer)
                     if out != "deferred":
                         self._ended(lease, out)
