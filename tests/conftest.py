@@ -111,3 +111,21 @@ def wait_until(pred: Callable[[], Any], timeout: float = 30.0, interval: float =
         if time.monotonic() > deadline:
             raise AssertionError(f"condition not met within {timeout}s")
         time.sleep(interval)
+
+
+@pytest.fixture
+def commit_breaks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every completion's ``COMMIT`` fails as if the connection broke (the ``in_commit``
+    failpoint raises), before anything was committed."""
+    from django.db import OperationalError
+
+    from scheduler_core import failpoints
+
+    real_hit = failpoints.hit
+
+    def hit(name: str) -> None:
+        if name == "in_commit":
+            raise OperationalError("connection lost during COMMIT (test)")
+        real_hit(name)
+
+    monkeypatch.setattr(failpoints, "hit", hit)

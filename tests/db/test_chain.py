@@ -4,13 +4,13 @@ visible only once their commit is known (``scheduler_core.chain``)."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from django.db import OperationalError
 
-from scheduler_core import chain, executor, failpoints, job, store
+from scheduler_core import chain, executor, job, store
 from scheduler_core.models import Attempt, Job, StaleWrite
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -87,12 +87,23 @@ def test_with_no_window_every_completion_commits_with_the_next_claim(
     assert calls == [(1, 1), (1, 1), (1, 1), (1, 0)]
 
 
-def test_a_refused_completion_is_left_out_and_recorded_the_others_commit(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
-    ids = ok.enqueue_many([{"n": i} for i in range(4)])
+@pytest.fixture
+def events(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Callable[[], list[tuple[int, str]]]:
+    """The executor's event log, read as (job, outcome) of each ``end`` event."""
     log = tmp_path / "events.jsonl"
     monkeypatch.setenv("TENURE_EVENT_LOG", str(log))
+
+    def ends() -> list[tuple[int, str]]:
+        lines = log.read_text().splitlines() if log.exists() else []
+        return [(e["job"], e["outcome"]) for e in map(json.loads, lines) if e["event"] == "end"]
+
+    return ends
+
+
+def test_a_refused_completion_is_left_out_and_recorded_the_others_commit(
+    monkeypatch: pytest.MonkeyPatch, events: Callable[[], list[tuple[int, str]]]
+) -> None:
+    ids = ok.enqueue_many([{"n": i} for i in range(4)])
     real = executor.run_lease
 
     def taken_over(lease: store.Lease, **kw: Any) -> str:
@@ -110,8 +121,7 @@ def test_a_refused_completion_is_left_out_and_recorded_the_others_commit(
     assert c.succeeded == [ids[0], ids[1], ids[3]]
     assert StaleWrite.objects.filter(job_id=ids[2], write="complete").count() == 1
     assert Attempt.objects.get(job_id=ids[2]).finished_at is None
-    ends = [json.loads(x) for x in log.read_text().splitlines()]
-    assert [(e["job"], e["outcome"]) for e in ends if e["event"] == "end"] == [
+    assert events() == [
         (ids[0], "succeeded"),
         (ids[1], "succeeded"),
         (ids[2], "stale"),
@@ -120,19 +130,11 @@ def test_a_refused_completion_is_left_out_and_recorded_the_others_commit(
 
 
 def test_completions_that_cannot_commit_are_left_to_their_leases(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    monkeypatch: pytest.MonkeyPatch,
+    events: Callable[[], list[tuple[int, str]]],
+    commit_breaks: None,
 ) -> None:
     ids = ok.enqueue_many([{"n": i} for i in range(3)])
-    log = tmp_path / "events.jsonl"
-    monkeypatch.setenv("TENURE_EVENT_LOG", str(log))
-    real_hit = failpoints.hit
-
-    def hit(name: str) -> None:
-        if name == "in_commit":
-            raise OperationalError("connection lost during COMMIT (test)")
-        real_hit(name)
-
-    monkeypatch.setattr(failpoints, "hit", hit)
     monkeypatch.setattr(executor.time, "sleep", lambda s: None)
     c = _chain()
     c.run(_first())
@@ -146,8 +148,7 @@ def test_completions_that_cannot_commit_are_left_to_their_leases(
         "waiting",
     ]
     assert c.hb.active() == []  # no longer renewed: the lease runs out, the reaper retries it
-    ends = [json.loads(x) for x in log.read_text().splitlines()]
-    assert not [e for e in ends if e["event"] == "end"]
+    assert events() == []
 
 
 def test_a_queued_job_whose_renewal_is_refused_is_not_run(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -6,9 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from django.db import OperationalError
 
-from scheduler_core import executor, failpoints, job, store
+from scheduler_core import executor, job, store
 from scheduler_core.models import Attempt, Job
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -57,17 +56,9 @@ def test_a_refused_completion_claims_nothing() -> None:
     assert not Attempt.objects.filter(job_id=b.pk).exists()
 
 
-def test_a_commit_that_fails_keeps_no_claim(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_commit_that_fails_keeps_no_claim(commit_breaks: None) -> None:
     a, b = ok.enqueue(n=1), ok.enqueue(n=2)
     [lease] = _claim()
-    real_hit = failpoints.hit
-
-    def hit(name: str) -> None:
-        if name == "in_commit":
-            raise OperationalError("connection lost during COMMIT (test)")
-        real_hit(name)
-
-    monkeypatch.setattr(failpoints, "hit", hit)
     nxt = _next()
     # Every try fails before COMMIT; the read-back finds the job still this attempt's, so the
     # attempt ends as a transient failure and the claims of every try were rolled back.
