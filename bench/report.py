@@ -284,9 +284,10 @@ CELERY_NOTE = (
     "their successful completions together, one commit per batch "
     "(`TENURE_CELERY_COMMIT_WINDOW`, `scheduler_core/chain.py`); the messages of jobs taken "
     "that way are dropped, without a query when the same process completed the job. Rates "
-    "count jobs finished in the database, so this executor can pass Celery's own per-message "
-    "rate; the dropped messages are consumed after the jobs are done. Celery alone runs a "
-    "task that does nothing and touches no database."
+    "count jobs finished in the database, so over a short drain this executor can pass "
+    "Celery's own per-message rate; over a long one every message still costs Celery's "
+    "per-message work and the rate settles near Celery alone's. Celery alone runs a task "
+    "that does nothing and touches no database."
 )
 
 WHY = {

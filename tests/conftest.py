@@ -129,3 +129,16 @@ def commit_breaks(monkeypatch: pytest.MonkeyPatch) -> None:
         real_hit(name)
 
     monkeypatch.setattr(failpoints, "hit", hit)
+
+
+@pytest.fixture
+def celery_task_process() -> Iterator[Any]:
+    """The Celery transport's module, to call its task in this process; afterwards the
+    process-wide heartbeat thread it started is stopped (it holds a database connection)."""
+    from scheduler_core.transports import celery as celery_transport
+
+    yield celery_transport
+    hb = celery_transport._state.get("hb")
+    if hb is not None:
+        hb.stop()
+    celery_transport._state.clear()

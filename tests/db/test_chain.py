@@ -204,10 +204,9 @@ def test_the_chain_stops_claiming_after_its_seconds() -> None:
 
 
 def test_a_hint_for_a_job_this_process_completed_is_dropped_without_a_query(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, celery_task_process: Any
 ) -> None:
-    from scheduler_core.transports import celery as celery_transport
-
+    celery_transport = celery_task_process
     ids = ok.enqueue_many([{"n": i} for i in range(3)])
     assert celery_transport.run_job(ids[0]) == "succeeded"
     assert ran == [0, 1, 2]

@@ -93,10 +93,9 @@ def test_a_worker_drains_mostly_through_completion_claims(monkeypatch: pytest.Mo
 
 
 def test_a_celery_message_runs_the_queues_due_jobs_back_to_back(
-    settings: Any,
+    settings: Any, celery_task_process: Any
 ) -> None:
-    from scheduler_core.transports import celery as celery_transport
-
+    celery_transport = celery_task_process
     ids = ok.enqueue_many([{"n": i} for i in range(3)])
     # The first message's task takes all three: the next job is claimed in each completion.
     assert celery_transport.run_job(ids[0]) == "succeeded"

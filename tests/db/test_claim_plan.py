@@ -87,3 +87,19 @@ def test_several_queues_are_claimed_in_one_priority_order() -> None:
     assert Job.objects.get(pk=low_b.pk).state == "waiting"
     [last] = store.claim(executor=EXEC, queues=["plan_b", "plan_a"], limit=3)
     assert last.job_id == low_b.pk
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL's plan cache")
+def test_executor_connections_plan_the_prepared_statements_once() -> None:
+    from scheduler_core import executor
+
+    executor.limit_idle_transactions()
+    connection.close()
+    with connection.cursor() as cur:
+        cur.execute("SHOW plan_cache_mode")
+        assert cur.fetchone()[0] == "force_generic_plan"
+    # The claim then runs on its generic plan: the same index walk.
+    in_a.enqueue_many([{"n": i} for i in range(10)])
+    for _ in range(7):  # past the five custom plans PostgreSQL would otherwise try first
+        [_lease] = store.claim(executor=EXEC, queues=["plan_a"], limit=1)
+    assert Job.objects.filter(state="leased").count() == 7
