@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
 
 from django.db import DatabaseError
 
@@ -50,7 +49,8 @@ class Chain:
 
     ``seconds`` bounds how long the chain keeps claiming; ``window`` how long a successful
     completion may wait for the batch's commit (0: each commits on its own, with the claim of
-    the next job). ``succeeded`` lists the jobs whose completion committed.
+    the next job). ``succeeded`` lists the jobs whose completions the chain wrote together and
+    saw commit (a ``transactional`` job commits with its handler and is not among them).
     """
 
     def __init__(
@@ -133,17 +133,20 @@ class Chain:
             return store.claim(executor=self.executor_id, queues=self.queues, limit=want)
         pending = self._pending
         leases = [ctx.lease for ctx in pending]
-        result: dict[str, Sequence[object]] = {}
+        matched: set[int] = set()
+        got: list[store.Lease] = []
 
         def write() -> int | None:
-            xid, matched, got = store.complete_many_and_claim(
+            # Each try starts afresh; what counts is the try whose commit is known.
+            xid, done, claimed = store.complete_many_and_claim(
                 leases, executor=self.executor_id, queues=self.queues, limit=want
             )
-            result["matched"], result["got"] = list(matched), got
+            matched.clear()
+            matched.update(done)
+            got[:] = claimed
             return xid
 
         def probe() -> store.Lease:
-            matched = result.get("matched", ())
             return next((lease for lease in leases if lease.job_id in matched), leases[0])
 
         try:
@@ -158,7 +161,6 @@ class Chain:
             self._drop_pending()
             return []
         self._pending = []
-        matched = set(result["matched"])
         for ctx in pending:
             self.hb.remove(ctx)
             lease = ctx.lease
@@ -170,7 +172,7 @@ class Chain:
                 metrics.stale_refused(err.write)
                 store.record_stale(err, self.executor_id)
                 self._ended(lease, "stale")
-        return [lease for lease in result["got"] if isinstance(lease, store.Lease)]
+        return got
 
     def _drop_pending(self) -> None:
         for ctx in self._pending:

@@ -409,11 +409,9 @@ def complete_and_claim(
     parts together), returning the transaction's id as :func:`complete` does. A refused
     completion raises :class:`StaleAttempt`; the caller's rollback then undoes the claims too.
     """
-    if connections[DB].vendor != "postgresql":
-        xid = complete(lease)
-        got = claim(executor=executor, queues=queues, limit=limit) if limit > 0 else []
-        return xid, got
-    xid, matched, got = _complete_many_pg([lease], executor=executor, queues=queues, limit=limit)
+    xid, matched, got = complete_many_and_claim(
+        [lease], executor=executor, queues=queues, limit=limit
+    )
     if lease.job_id not in matched:
         raise StaleAttempt(lease.job_id, lease.fence, states.COMPLETE.name)
     return xid, got
