@@ -64,6 +64,12 @@ CATEGORIES: list[tuple[str, str, str, str]] = [
     ("waiting_scheduled", "neutral", "Scheduled", "Waiting for a future run time."),
     ("waiting_backing_off", "warn", "Backing off", "Failed before; next attempt is later."),
     ("running", "info", "Running", "Leased, lease valid, heartbeats fresh."),
+    (
+        "overrunning",
+        "alert",
+        "Overrunning",
+        "Past its maximum runtime: may not complete or start an effect; the reaper ends it.",
+    ),
     ("abandoned", "warn", "Abandoned", "Leased, but lease expired or heartbeats stopped."),
     (
         "failing_repeatedly",

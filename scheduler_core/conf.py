@@ -23,6 +23,13 @@ class TenureSettings:
     DEFAULT_QUEUE: str = "default"
     DEFAULT_LEASE_SECONDS: int = 30
     DEFAULT_MAX_ATTEMPTS: int = 5
+    DEFAULT_TIMEOUT_SECONDS: float = 600.0
+    """Maximum runtime of one attempt for job types that declare none (``@job(timeout=...)``).
+    Past it the attempt may not renew its lease, complete or start an effect, shows as
+    ``overrunning``, and the reaper moves the job on once its lease runs out: a hung handler
+    is never renewed forever."""
+    MAX_TIMEOUT_SECONDS: float = 7 * 24 * 3600.0
+    """The longest maximum runtime a job type may declare."""
     MAX_LEASE_SECONDS: int = 24 * 3600
     MAX_ATTEMPTS_LIMIT: int = 1000
     MAX_PAYLOAD_BYTES: int = 256 * 1024
@@ -48,6 +55,10 @@ class TenureSettings:
     (plus the handler then running) to commit with the next ones in one statement; 0 commits
     each on its own. A process killed meanwhile loses those completions: the jobs run again
     once their leases expire. ``transactional`` jobs always commit with their handler."""
+    CELERY_QUEUED_HOLD_SECONDS: float = 2.0
+    """Celery executor: jobs a chain claimed for its batch wait in the pool process while the
+    job before them runs; once that handler has run this long they are given back (waiting
+    again at once, no attempt spent), so a slow or hung handler never holds them."""
     REDISPATCH_AFTER_SECONDS: float = 10.0
     """The dispatcher re-sends a broker hint for a due job not claimed this long after the last."""
     BROKER_QUEUE_PREFIX: str = ""
@@ -94,6 +105,12 @@ class TenureSettings:
     BACKOFF_BASE_SECONDS: float = 1.0
     BACKOFF_CAP_SECONDS: float = 3600.0
     TRACEBACK_MAX_CHARS: int = 8000
+    INSTALLATION_ID: str = ""
+    """This installation's name in effect keys (``tenure-<id>-<job>-<effect>``). Empty: the
+    identity the migrations made for this database (``Installation``). Set it after restoring
+    a backup into a database whose jobs may since have made effects, or to keep a name across
+    a move; letters, digits, ``.``, ``_`` and ``-``, at most 40 characters. An effect keeps the
+    key it was first recorded with."""
     JOB_MODULES: tuple[str, ...] = ()
     """Extra modules defining jobs, imported at start-up besides every app's ``jobs.py``."""
     TEST_DISABLE_FENCE: bool = False

@@ -8,7 +8,7 @@ from types import TracebackType
 
 from . import failpoints, store
 from .classify import is_ambiguous_in_flight, is_refused_before_send
-from .exceptions import Permanent, StaleAttempt, Transient
+from .exceptions import Permanent, Snooze, StaleAttempt, Transient
 from .models import Effect
 
 log = logging.getLogger("tenure.context")
@@ -74,8 +74,8 @@ class EffectScope:
     """Context manager around one business effect.
 
     On entry it records the intent (a fenced write refused once the attempt is stale or its
-    lease expired by the database's clock). ``eff.key`` is derived from the job and the
-    effect's name — the same for every retry, reconcile attempt, operator retry and fallback —
+    lease expired by the database's clock). ``eff.key`` is derived from the installation, the
+    job and the effect's name — the same for every retry, reconcile attempt, operator retry and fallback —
     and ``eff.fence`` is the fencing token to pass to the destination. ``eff.done`` is true
     when the ledger already records the effect applied (skip the call then). On a normal exit
     the effect is recorded ``applied``; on an exception it is recorded ``not_applied`` when
@@ -90,7 +90,8 @@ class EffectScope:
     def __init__(self, ctx: JobContext, name: str) -> None:
         self.ctx = ctx
         self.name = name
-        self.key = store.effect_key(ctx.job_id, name)
+        self.key = ""
+        """The effect's key, known once the scope is entered (the ledger row holds it)."""
         self.fence = ctx.fence
         self.done = False
         self.destination_ref = ""
@@ -99,6 +100,7 @@ class EffectScope:
     def __enter__(self) -> EffectScope:
         self.ctx.check("effect_intent")
         row = store.effect_intend(self.ctx.lease, self.name)
+        self.key = row.key
         self.done = row.state == Effect.APPLIED
         if not self.done:
             failpoints.hit("before_effect")
@@ -130,9 +132,11 @@ class EffectScope:
             return
         if isinstance(exc, StaleAttempt):
             return
-        # The handler's own Transient/Permanent assert nothing happened; otherwise the
+        # The handler's own Transient/Permanent/Snooze assert nothing happened; otherwise the
         # classifier's rule decides whether the request can have left (one rule, one place).
-        nothing_sent = isinstance(exc, Transient | Permanent) or is_refused_before_send(exc)
+        nothing_sent = isinstance(exc, Transient | Permanent | Snooze) or is_refused_before_send(
+            exc
+        )
         state = Effect.NOT_APPLIED if nothing_sent else Effect.UNKNOWN
         if state == Effect.UNKNOWN:
             self.ctx.ambiguous = True
@@ -140,6 +144,9 @@ class EffectScope:
         if is_ambiguous_in_flight(exc):
             note = f"may have reached the destination: {note}"
         try:
+            # "Nothing sent" by this attempt does not erase an earlier unknown outcome: the
+            # ledger keeps the row unknown (store.effect_settle), and the job's decision then
+            # reads it (store.has_unsettled_effect).
             store.effect_settle(self.ctx.lease, self.key, state, note=note)
         except StaleAttempt as stale:
             store.record_stale(stale, self.ctx.lease.executor)

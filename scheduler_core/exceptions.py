@@ -62,6 +62,39 @@ class StaleAttempt(TenureError):
         self.write = write
 
 
+class AttemptOverrun(StaleAttempt):
+    """A write on behalf of an attempt that has passed its maximum runtime (``timeout``).
+
+    The attempt still holds its fence, but it has lost the right to act: it may not renew its
+    lease, complete, or start an effect. It stops like a stale attempt; the reaper moves the
+    job on once the lease runs out.
+    """
+
+    def __init__(self, job_id: int, fence: int, write: str) -> None:
+        super().__init__(job_id, fence, write)
+        self.args = (
+            f"job {job_id}: {write} refused, attempt with fence {fence} is past its maximum "
+            "runtime",
+        )
+
+
+class EffectsUnsettled(Indeterminate):
+    """A completion refused because an effect of the job may or may not have happened.
+
+    The handler returned, but the ledger still holds an effect whose outcome is unknown (or
+    an intent never settled): the job cannot be called succeeded. The attempt ends as an
+    indeterminate failure instead, and the job's effect mode decides what follows.
+    """
+
+    def __init__(self, job_id: int, keys: list[str]) -> None:
+        super().__init__(
+            f"job {job_id}: the handler returned, but effect(s) {', '.join(keys)} may or may not "
+            "have happened"
+        )
+        self.job_id = job_id
+        self.keys = keys
+
+
 class ActionConflict(TenureError):
     """An operator action lost a race: the job changed since the operator looked (HTTP 409)."""
 

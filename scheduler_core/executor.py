@@ -30,7 +30,7 @@ from django.db import connection as db_connection
 from . import conf, failpoints, metrics, outcomes, registry, states, store
 from .classify import PayloadMismatch, classify, retry_after_of
 from .context import JobContext
-from .exceptions import JobError, Snooze, StaleAttempt
+from .exceptions import AttemptOverrun, Snooze, StaleAttempt
 from .modes import EffectMode
 from .outcomes import Decision, Reconciliation, Situation
 
@@ -82,13 +82,16 @@ class Heartbeater:
         if self._thread is not None:
             self._thread.join(timeout=5)
 
-    def add(self, ctx: JobContext, timeout: float | None = None) -> None:
+    def add(self, ctx: JobContext) -> None:
+        """Renew ``ctx``'s lease until :meth:`remove`, at most until its maximum runtime."""
         now = time.monotonic()
         # Renewals count from when the claim was sent, not from now: the claim may have
-        # waited in this process (a busy interpreter) before its attempt started.
-        granted = ctx.lease.granted_at or now
+        # waited in this process (a busy interpreter) before its attempt started. So does the
+        # maximum runtime, as the database's deadline does.
+        granted = min(ctx.lease.granted_at or now, now)
+        timeout = ctx.lease.timeout_seconds or None
         with self._lock:
-            self._active[ctx.lease.attempt_id] = _Active(ctx, now, min(granted, now), timeout)
+            self._active[ctx.lease.attempt_id] = _Active(ctx, granted, granted, timeout)
 
     def remove(self, ctx: JobContext) -> None:
         with self._lock:
@@ -117,7 +120,9 @@ class Heartbeater:
                 continue
             lease_s = ctx.lease.lease_seconds
             if a.timeout is not None and now - a.started > a.timeout:
-                ctx.mark_lost(f"exceeded its maximum runtime of {a.timeout}s")
+                # The database refuses renewals past the deadline too; stopping here first
+                # keeps the attempt from starting effects on its own clock as well.
+                ctx.mark_lost(f"exceeded its maximum runtime of {a.timeout:g}s")
                 continue
             if now - a.last_renewed < lease_s * fraction:
                 continue
@@ -141,6 +146,9 @@ class Heartbeater:
                     store.log_event(
                         "heartbeat_slow", job=ctx.job_id, fence=ctx.lease.fence, took=round(took, 3)
                     )
+            except AttemptOverrun as e:
+                store.record_stale(e, self.executor_id)
+                ctx.mark_lost("past its maximum runtime (renewal refused)")
             except StaleAttempt as e:
                 metrics.stale_refused(e.write)
                 store.record_stale(e, self.executor_id)
@@ -323,18 +331,13 @@ def run_lease(
     ctx = JobContext(lease)
     jt = registry.get(lease.name)
     if heartbeater is not None:
-        heartbeater.add(ctx, timeout=jt.timeout if jt else None)
+        heartbeater.add(ctx)
     started = time.monotonic()
     outcome = ""
     try:
         failpoints.hit("after_claim")
         if jt is None:
-            outcome = _end_with_error(
-                ctx,
-                None,
-                JobError(f"no handler registered as {lease.name!r} in this process"),
-                rng,
-            )
+            outcome = _park_unregistered(ctx)
         elif lease.kind == outcomes.Kind.RECONCILE:
             outcome = _reconcile(ctx, jt, rng)
         else:
@@ -403,24 +406,57 @@ def _run(
     except StaleAttempt:
         raise
     except Snooze as s:
+        if ctx.ambiguous:
+            # An effect's outcome became unknown in this attempt: waiting would not settle
+            # it, so the mode's rule for an ambiguous outcome applies.
+            return _end_with_error(ctx, jt, s, rng)
         decision = outcomes.after_snooze(_situation(ctx, jt), s.seconds, policy=jt.retry_policy)
         store.finish(lease, decision, outcome=_outcome_label(decision))
         return _outcome_label(decision)
     except Exception as exc:
+        # EffectsUnsettled (the completion refused while the ledger holds an effect that may
+        # or may not have happened) lands here too: an Indeterminate, never a success.
         return _end_with_error(ctx, jt, exc, rng)
 
 
+def _park_unregistered(ctx: JobContext) -> str:
+    """No handler is registered for the job here: fail closed, park it for an operator."""
+    decision = outcomes.unregistered(ctx.lease.name)
+    failure = store.Failure(
+        error_class="",
+        error_type="",
+        message=f"no handler registered as {ctx.lease.name!r} in this process",
+    )
+    log.warning("job %s: %s", ctx.job_id, decision.reason)
+    store.finish(ctx.lease, decision, outcome=_outcome_label(decision), failure=failure)
+    return _outcome_label(decision)
+
+
+def end_with_error(ctx: JobContext, exc: BaseException, *, rng: random.Random | None = None) -> str:
+    """End ``ctx``'s attempt as a failure with ``exc`` (classified, then decided by the job's
+    policy and effect mode) through the write seam; returns the attempt's outcome.
+
+    For code that runs attempts outside :func:`run_lease` (:mod:`scheduler_core.chain`, whose
+    deferred completion the database may refuse with
+    :class:`~scheduler_core.exceptions.EffectsUnsettled`).
+    """
+    jt = registry.get(ctx.lease.name)
+    if jt is None:
+        return _park_unregistered(ctx)
+    return _end_with_error(ctx, jt, exc, rng or random.Random())
+
+
 def _end_with_error(
-    ctx: JobContext, jt: registry.JobType | None, exc: BaseException, rng: random.Random
+    ctx: JobContext, jt: registry.JobType, exc: BaseException, rng: random.Random
 ) -> str:
     lease = ctx.lease
     failure_class = classify(
         exc,
-        retry_on=jt.retry_on if jt else (),
-        permanent_on=jt.permanent_on if jt else (),
+        retry_on=jt.retry_on,
+        permanent_on=jt.permanent_on,
         in_effect=ctx.ambiguous,
     )
-    policy = jt.retry_policy if jt else store._type_policy(lease.name)[0]
+    policy = jt.retry_policy
     situation = _situation(ctx, jt)
     decision = outcomes.after_failure(
         situation,
@@ -450,22 +486,25 @@ def _end_with_error(
     return _outcome_label(decision)
 
 
-def _situation(ctx: JobContext, jt: registry.JobType | None) -> Situation:
+def _situation(ctx: JobContext, jt: registry.JobType) -> Situation:
     from .dbclock import db_now
 
     lease = ctx.lease
+    mode = EffectMode(lease.effect)
     return Situation(
-        mode=EffectMode(lease.effect),
+        mode=mode,
         attempt=lease.attempt,
         max_attempts=lease.max_attempts,
         age_seconds=(db_now() - lease.created_at).total_seconds(),
-        has_reconcile=bool(jt and jt.reconcile),
+        has_reconcile=jt.reconcile is not None,
         kind=lease.kind,
-        has_fallback=bool(jt and jt.fallback),
-        fallback_shares_key=bool(jt is None or jt.fallback_shares_key),
-        # Read only when the key rule needs it (a fallback to a destination without the key).
-        unsettled_effect=bool(jt and jt.fallback and not jt.fallback_shares_key)
-        and store.has_unsettled_effect(lease.job_id),
+        has_fallback=jt.fallback is not None,
+        fallback_shares_key=jt.fallback_shares_key,
+        # The ledger's sticky answer, read on every failure: an earlier attempt's unknown
+        # outcome is not erased by this attempt's "nothing sent" (a transactional job's
+        # effect rolled back with its attempt, so it has none to ask about).
+        unsettled_effect=ctx.ambiguous
+        or (mode != EffectMode.TRANSACTIONAL and store.has_unsettled_effect(lease.job_id)),
     )
 
 

@@ -26,6 +26,7 @@ HEALTH_CATEGORIES: tuple[str, ...] = (
     "waiting_backing_off",
     "stuck",
     "running",
+    "overrunning",
     "abandoned",
     "failing_repeatedly",
     "indeterminate",
@@ -77,8 +78,11 @@ def health_q(category: str) -> Q:
       at least one spent attempt. The three partition ``waiting``.
     * ``stuck``: due but unclaimed for longer than ``STUCK_AFTER_SECONDS`` (a part of
       ``waiting_due``): no executor is taking the job's queue.
-    * ``running``: leased, lease unexpired and heartbeat fresh; ``abandoned``: leased with the
-      lease expired or the heartbeat stale (two renewals missed). The two partition ``leased``.
+    * ``running``: leased, within its maximum runtime, lease unexpired and heartbeat fresh;
+      ``overrunning``: leased past its maximum runtime (it may no longer renew, complete or
+      start an effect; the reaper moves it on once its lease runs out); ``abandoned``: leased
+      within its maximum runtime, with the lease expired or the heartbeat stale (two renewals
+      missed). The three partition ``leased``.
     * ``failing_repeatedly``: unfinished with at least ``FAILING_REPEATEDLY_ATTEMPTS`` failed
       attempts behind it (a leased job's current attempt is not counted).
     * ``indeterminate`` and ``failed``: those states.
@@ -88,14 +92,17 @@ def health_q(category: str) -> Q:
     waiting = Q(state=State.WAITING)
     fresh = Q(heartbeat_at__gte=_HeartbeatDeadline(s.HEARTBEAT_FRACTION))
     alive = Q(lease_expires_at__gt=DbNow()) & fresh
+    # A leased job's deadline is always set (the claim writes it); NULL counts as within.
+    overrun = Q(deadline_at__lte=DbNow())
     n = s.FAILING_REPEATEDLY_ATTEMPTS
     return {
         "waiting_due": waiting & Q(run_at__lte=DbNow()),
         "waiting_scheduled": waiting & Q(run_at__gt=DbNow()) & Q(attempts=0),
         "waiting_backing_off": waiting & Q(run_at__gt=DbNow()) & Q(attempts__gt=0),
         "stuck": waiting & Q(run_at__lt=DbNow(-s.STUCK_AFTER_SECONDS)),
-        "running": leased & alive,
-        "abandoned": leased & ~alive,
+        "running": leased & ~overrun & alive,
+        "overrunning": leased & overrun,
+        "abandoned": leased & ~overrun & ~alive,
         "failing_repeatedly": (waiting & Q(attempts__gte=n)) | (leased & Q(attempts__gt=n)),
         "indeterminate": Q(state=State.INDETERMINATE),
         "failed": Q(state=State.FAILED),

@@ -43,6 +43,14 @@ class Job(models.Model):
     attempts = models.IntegerField(default=0, help_text="Attempts spent (claims, less snoozes).")
     max_attempts = models.IntegerField(default=5)
     lease_seconds = models.IntegerField(default=30)
+    timeout_seconds = models.FloatField(
+        default=600.0,
+        help_text="Maximum runtime of one attempt; past it the attempt may not renew its lease, "
+        "complete or start an effect.",
+    )
+    deadline_at = models.DateTimeField(
+        null=True, blank=True, help_text="When the current attempt's maximum runtime runs out."
+    )
     unique_key = models.CharField(max_length=300, null=True, blank=True, unique=True)
     effect = models.CharField(max_length=20, choices=MODE_CHOICES, default="at_least_once")
     next_kind = models.CharField(
@@ -136,6 +144,11 @@ class Effect(models.Model):
     fence = models.BigIntegerField()
     destination_ref = models.CharField(max_length=300, blank=True, default="")
     intents = models.IntegerField(default=1, help_text="How many attempts recorded an intent.")
+    in_doubt = models.BooleanField(
+        default=False,
+        help_text="An attempt's outcome was unknown and no stated fact has settled it since: "
+        "a later attempt that sent nothing cannot clear it.",
+    )
     duplicate_possible = models.BooleanField(default=False)
     note = models.TextField(blank=True, default="")
     created_at = models.DateTimeField()
@@ -144,9 +157,63 @@ class Effect(models.Model):
     class Meta:
         db_table = "tenure_effect"
         indexes = [models.Index(fields=["job", "state"], name="tenure_effect_job_state")]
+        constraints = [
+            models.UniqueConstraint(fields=["job", "name"], name="tenure_effect_job_name")
+        ]
 
     def __str__(self) -> str:
         return f"effect {self.key} [{self.state}]"
+
+    @property
+    def unsettled(self) -> bool:
+        """Whether the effect may or may not have happened (intended, or unknown)."""
+        return self.state in (self.INTENDED, self.UNKNOWN)
+
+
+class EffectEvent(models.Model):
+    """The ledger's history: what one attempt, reconciliation or operator learned about one
+    effect, in order. The :class:`Effect` row holds the sum of it; this says who said what."""
+
+    INTENDED = "intended"
+    APPLIED = "applied"
+    NOT_SENT = "not_sent"
+    UNKNOWN = "unknown"
+    LEFT_UNSETTLED = "left_unsettled"
+    RECONCILED = "reconciled"
+    OPERATOR = "operator"
+
+    effect = models.ForeignKey(Effect, on_delete=models.CASCADE, related_name="events")
+    attempt = models.ForeignKey(Attempt, null=True, blank=True, on_delete=models.SET_NULL)
+    fence = models.BigIntegerField(null=True, blank=True)
+    event = models.CharField(max_length=20)
+    state_after = models.CharField(max_length=16)
+    in_doubt_after = models.BooleanField(default=False)
+    actor = models.CharField(max_length=150, blank=True, default="")
+    note = models.TextField(blank=True, default="")
+    created_at = models.DateTimeField()
+
+    class Meta:
+        db_table = "tenure_effect_event"
+        indexes = [models.Index(fields=["effect", "id"], name="tenure_effect_event_effect")]
+
+    def __str__(self) -> str:
+        return f"{self.event} on effect {self.effect_id} (fence {self.fence})"
+
+
+class Installation(models.Model):
+    """This database's identity, made once by the migrations: effect keys carry it, so a key
+    names one effect in the world even when job ids repeat (a restore, a sequence reset, two
+    deployments sharing a destination). ``TENURE_INSTALLATION_ID`` overrides it."""
+
+    id = models.SmallIntegerField(primary_key=True, default=1)
+    key = models.CharField(max_length=40)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        db_table = "tenure_installation"
+
+    def __str__(self) -> str:
+        return self.key
 
 
 class Schedule(models.Model):

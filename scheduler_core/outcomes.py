@@ -57,10 +57,12 @@ class Situation:
     kind: str = Kind.RUN
     """The kind of the attempt that ended (``run``, ``reconcile`` or ``fallback``)."""
     has_fallback: bool = False
-    fallback_shares_key: bool = True
-    """Whether the fallback's destination accepts the same effect key as the primary's."""
+    fallback_shares_key: bool = False
+    """Whether the fallback's destination accepts the same effect key as the primary's (a
+    claim the job type must state; unstated, it cannot)."""
     unsettled_effect: bool = False
-    """Whether an effect of the job is intended or unknown (not known applied/not applied)."""
+    """Whether an effect of the job may have happened: intended, or unknown, in this attempt
+    or any earlier one (the ledger's answer is sticky: only a stated fact settles it)."""
 
 
 def _ambiguous(
@@ -140,11 +142,45 @@ def after_failure(
             in_flight_grace=in_flight_grace,
         )
         return _with_fallback(s, failure, plain, policy=policy, why=why)
+    if _may_have_happened(s) and failure != FailureClass.INDETERMINATE:
+        # This attempt says nothing was sent, but an earlier outcome is still unknown: the
+        # effect may have happened, so the mode's rule for an ambiguous outcome applies, and
+        # "failed" (which would claim nothing happened) is never the answer.
+        if failure == FailureClass.PERMANENT:
+            return Decision(
+                transition=states.PARK,
+                reason=f"permanent error: {message}; an earlier outcome of the effect is "
+                "unknown, so it may have happened",
+            )
+        return _ambiguous(
+            s,
+            policy=policy,
+            rng=rng,
+            why=f"{why} (an earlier outcome of the effect is unknown)",
+            in_flight_grace=in_flight_grace,
+        )
     if failure == FailureClass.PERMANENT:
         return Decision(transition=states.FAIL, reason=f"permanent error: {message}")
     if failure == FailureClass.INDETERMINATE:
         return _ambiguous(s, policy=policy, rng=rng, why=why, in_flight_grace=in_flight_grace)
     return _transient(s, policy=policy, rng=rng, why=why, retry_after=retry_after)
+
+
+def _may_have_happened(s: Situation) -> bool:
+    """Whether the ledger says an effect of the job may have happened (never true of a
+    ``transactional`` job: its effect rolled back with any attempt that did not commit)."""
+    return s.unsettled_effect and s.mode != EffectMode.TRANSACTIONAL
+
+
+def unregistered(name: str, *, by_reaper: bool = False) -> Decision:
+    """Decide for a job whose type is not registered in this process (a deploy removed it):
+    fail closed. Without the type there is no policy, reconcile function or fallback rule to
+    decide with, so the job is parked for an operator; it never retries or hands over."""
+    return Decision(
+        transition=states.REAP_PARK if by_reaper else states.PARK,
+        reason=f"no job type {name!r} is registered here: parked for an operator rather than "
+        "decided without its policy",
+    )
 
 
 def after_abandon(
@@ -297,11 +333,8 @@ def _with_fallback(
         return plain
     if s.kind != Kind.FALLBACK:
         return plain
-    if (
-        failure == FailureClass.INDETERMINATE
-        and not s.fallback_shares_key
-        and s.mode != EffectMode.TRANSACTIONAL
-    ):
+    ambiguous = failure == FailureClass.INDETERMINATE or _may_have_happened(s)
+    if ambiguous and not s.fallback_shares_key and s.mode != EffectMode.TRANSACTIONAL:
         return Decision(
             transition=states.PARK,
             reason=f"{why}; the fallback's destination cannot share the effect key",

@@ -46,13 +46,16 @@ class JobType:
     permanent_on: tuple[Matcher, ...] = ()
     reconcile: Callable[..., Any] | None = None
     fallback: Callable[..., Any] | None = None
-    fallback_shares_key: bool = True
+    fallback_shares_key: bool = False
     """Whether the fallback's destination accepts the primary's effect key (see
-    ``docs/guarantees.md``); when not, the fallback runs only after the primary's
-    effect is known not applied."""
+    ``docs/guarantees.md``): a claim about that destination's dedup store, which the job type
+    must state. When not, the fallback runs only after the primary's effect is known not
+    applied."""
     schedule: ScheduleSpec | None = None
-    timeout: float | None = None
-    """Hard maximum runtime in seconds: past it the executor stops renewing the lease."""
+    timeout: float = 600.0
+    """Maximum runtime of one attempt in seconds (``TENURE_DEFAULT_TIMEOUT_SECONDS`` unless
+    the job type declares one). Past it the attempt may not renew its lease, complete or start
+    an effect; it shows as ``overrunning`` until the reaper moves the job on."""
     signature: inspect.Signature = field(repr=False, compare=False, default=None)  # type: ignore[assignment]
 
     def __call__(self, ctx: Any, **payload: Any) -> Any:
@@ -103,7 +106,7 @@ def job(
     max_age: float | None = None,
     reconcile: Callable[..., Any] | None = None,
     fallback: Callable[..., Any] | None = None,
-    fallback_shares_key: bool = True,
+    fallback_shares_key: bool = False,
     schedule: Any = None,
     schedule_tz: str = "UTC",
     misfire: str = "run_once",
@@ -118,9 +121,11 @@ def job(
     ``docs/guarantees.md``). Registration errors raise ``ValueError`` at import time.
 
     ``retry_on`` / ``permanent_on`` take exception types or predicates; ``fallback`` (with
-    ``fallback_shares_key``) and ``schedule`` (a cron string or a ``timedelta``, with
+    ``fallback_shares_key``, false unless the job type states that the fallback's destination
+    deduplicates by the same key) and ``schedule`` (a cron string or a ``timedelta``, with
     ``schedule_tz``, ``misfire``, ``catch_up_max`` and ``overlap``) are described in
-    ``docs/guarantees.md``.
+    ``docs/guarantees.md``. ``timeout`` is the maximum runtime of one attempt in seconds
+    (default ``TENURE_DEFAULT_TIMEOUT_SECONDS``); there is no way to declare none.
     """
 
     def register(fn: Callable[..., Any]) -> JobType:
@@ -145,6 +150,7 @@ def job(
         attempts = s.DEFAULT_MAX_ATTEMPTS if max_attempts is None else max_attempts
         lease = s.DEFAULT_LEASE_SECONDS if lease_seconds is None else lease_seconds
         _check_limits(jname, attempts, lease)
+        runtime = _check_timeout(jname, s.DEFAULT_TIMEOUT_SECONDS if timeout is None else timeout)
         if mode == EffectMode.RECONCILABLE and reconcile is None:
             raise ValueError(f"job {jname}: effect='reconcilable' needs reconcile=<function>")
         checked = _check_errors_and_schedule(
@@ -181,7 +187,7 @@ def job(
             fallback=fallback,
             fallback_shares_key=bool(fallback_shares_key),
             **checked,
-            timeout=timeout,
+            timeout=runtime,
             signature=sig,
         )
         existing = _REGISTRY.get(jname)
@@ -244,6 +250,22 @@ def _check_limits(jname: str, attempts: int, lease: int) -> None:
         raise ValueError(f"job {jname}: max_attempts must be 1..{s.MAX_ATTEMPTS_LIMIT}")
     if not isinstance(lease, int) or not 1 <= lease <= s.MAX_LEASE_SECONDS:
         raise ValueError(f"job {jname}: lease_seconds must be 1..{s.MAX_LEASE_SECONDS}")
+
+
+def _check_timeout(jname: str, timeout: Any) -> float:
+    """The maximum runtime, if it is a finite number of seconds within the limit."""
+    s = conf.get()
+    if (
+        isinstance(timeout, bool)
+        or not isinstance(timeout, int | float)
+        or not math.isfinite(timeout)
+        or not 0 < timeout <= s.MAX_TIMEOUT_SECONDS
+    ):
+        raise ValueError(
+            f"job {jname}: timeout (maximum runtime) must be a number of seconds in "
+            f"(0, {s.MAX_TIMEOUT_SECONDS:g}]; every attempt has one"
+        )
+    return float(timeout)
 
 
 def get(name: str) -> JobType | None:
@@ -359,6 +381,7 @@ def enqueue(
         lease_seconds=jt.lease_seconds,
         unique_key=unique_key,
         effect=jt.effect.value,
+        timeout_seconds=jt.timeout,
     )
 
 
@@ -392,4 +415,5 @@ def enqueue_many(
         max_attempts=jt.max_attempts,
         lease_seconds=jt.lease_seconds,
         effect=jt.effect.value,
+        timeout_seconds=jt.timeout,
     )

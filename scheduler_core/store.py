@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import random
+import secrets
 import socket
 import time
 import uuid
@@ -24,12 +25,28 @@ from datetime import datetime
 from typing import Any
 
 from django.db import IntegrityError, connections, transaction
-from django.db.models import F, Q
+from django.db.models import Exists, F, OuterRef, Q
 
 from . import conf, metrics, outcomes, states
 from .dbclock import DbNow, now_sql, to_datetime
-from .exceptions import ActionConflict, ActionRefused, Indeterminate, StaleAttempt
-from .models import Attempt, AuditEntry, Effect, Executor, Job, StaleWrite
+from .exceptions import (
+    ActionConflict,
+    ActionRefused,
+    AttemptOverrun,
+    EffectsUnsettled,
+    Indeterminate,
+    StaleAttempt,
+)
+from .models import (
+    Attempt,
+    AuditEntry,
+    Effect,
+    EffectEvent,
+    Executor,
+    Installation,
+    Job,
+    StaleWrite,
+)
 from .modes import EffectMode
 from .outcomes import Decision, Kind, Situation
 from .retry import RetryPolicy
@@ -56,6 +73,10 @@ class Lease:
     max_attempts: int
     created_at: datetime
     executor: str
+    timeout_seconds: float = 0.0
+    """The attempt's maximum runtime (the job's ``timeout_seconds``); 0 when unknown. The
+    database holds the deadline (``Job.deadline_at``); this lets the executor stop renewing
+    on its own clock too."""
     granted_at: float = field(default=0.0, compare=False)
     """This process's monotonic clock just before the claim was sent: the lease cannot
     expire before ``granted_at + lease_seconds`` (0 when unknown)."""
@@ -74,13 +95,29 @@ def new_executor_id(kind: str = "exec") -> str:
 
 _CLAIM_SET = """
     state = 'leased', fence = {t}fence + 1, attempts = {t}attempts + 1, lease_owner = %s,
-    lease_expires_at = {expiry}, heartbeat_at = {now}, updated_at = {now},
-    version = {t}version + 1
+    lease_expires_at = {expiry}, deadline_at = {deadline}, heartbeat_at = {now},
+    updated_at = {now}, version = {t}version + 1
 """
-_RETURNING = (
-    "id, fence, attempts, next_kind, name, queue, payload, lease_seconds, effect, "
-    "max_attempts, created_at, run_at, heartbeat_at, priority"
+_RETURNED = (
+    "id",
+    "fence",
+    "attempts",
+    "next_kind",
+    "name",
+    "queue",
+    "payload",
+    "lease_seconds",
+    "effect",
+    "max_attempts",
+    "created_at",
+    "run_at",
+    "heartbeat_at",
+    "priority",
+    "timeout_seconds",
 )
+"""The job columns a claim returns, in order; each claimed row then ends with its attempt's
+id (``attempt_id``). :func:`_leases` reads them by these names."""
+_RETURNING = ", ".join(_RETURNED)
 
 
 _ATTEMPT_INSERT = """
@@ -124,6 +161,7 @@ def _claim_ctes(*, by_id: bool, nqueues: int) -> str:
         ORDER BY c.priority DESC, c.run_at, c.id
         LIMIT %s"""
     expiry = f"{now} + make_interval(secs => j.lease_seconds)"
+    deadline = f"{now} + make_interval(secs => j.timeout_seconds)"
     # ``(state = …) IS TRUE`` keeps each guard out of the index conditions: a table filled
     # since its statistics were taken looks empty, and the planner then walked the state
     # index through every waiting job instead of looking the locked rows up by key (1.0 →
@@ -131,16 +169,16 @@ def _claim_ctes(*, by_id: bool, nqueues: int) -> str:
     return f"""
     cand AS ({cand}
     ), claimed AS (
-        UPDATE tenure_job AS j SET {_CLAIM_SET.format(t="j.", now=now, expiry=expiry)}
+        UPDATE tenure_job AS j SET {
+        _CLAIM_SET.format(t="j.", now=now, expiry=expiry, deadline=deadline)
+    }
         FROM cand WHERE j.id = cand.id AND (j.state = 'waiting') IS TRUE
-        RETURNING {", ".join("j." + c.strip() for c in _RETURNING.split(","))},
-            j.lease_owner, j.lease_expires_at
+        RETURNING {", ".join("j." + c for c in _RETURNED)}, j.lease_owner, j.lease_expires_at
     ), new_attempt AS (
         {_ATTEMPT_INSERT} FROM claimed
         RETURNING id, job_id
     ), got AS (
-        SELECT {", ".join("claimed." + c.strip() for c in _RETURNING.split(","))},
-            new_attempt.id AS attempt_id
+        SELECT {", ".join("claimed." + c for c in _RETURNED)}, new_attempt.id AS attempt_id
         FROM claimed JOIN new_attempt ON new_attempt.job_id = claimed.id
     )"""
 
@@ -166,9 +204,10 @@ def _claim_sql(vendor: str, *, by_id: bool, nqueues: int) -> str:
     # SQLite: the transaction began IMMEDIATE, so it holds the write lock from its first
     # statement; the conditional UPDATE below is still the single ownership decision.
     expiry = "strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now', '+' || lease_seconds || ' seconds')"
+    deadline = "strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now', '+' || timeout_seconds || ' seconds')"
     where = "id = %s" if by_id else f"queue IN ({', '.join(['%s'] * nqueues)})"
     return f"""
-    UPDATE tenure_job SET {_CLAIM_SET.format(t="", now=now, expiry=expiry)}
+    UPDATE tenure_job SET {_CLAIM_SET.format(t="", now=now, expiry=expiry, deadline=deadline)}
     WHERE state = 'waiting' AND id IN (
         SELECT id FROM tenure_job
         WHERE state = 'waiting' AND {where} AND run_at <= {now}
@@ -220,29 +259,37 @@ def claim(
     return _leases([(*r, attempt_ids[r[0]]) for r in rows], executor=executor, sent=sent)
 
 
+_LEASE_COLUMNS = (*_RETURNED, "attempt_id")
+
+
 def _leases(rows: Sequence[Sequence[Any]], *, executor: str, sent: float) -> list[Lease]:
-    """Leases from claimed rows (the ``_RETURNING`` columns, then the attempt's id), in the
+    """Leases from claimed rows (the ``_RETURNED`` columns, then the attempt's id), in the
     claim's order (priority, then due time, then id): a statement returns them in any order."""
+    named = [dict(zip(_LEASE_COLUMNS, r, strict=True)) for r in rows]
     leases = []
-    for r in sorted(rows, key=lambda r: (-r[13], to_datetime(r[11]), r[0])):
-        payload = json.loads(r[6]) if isinstance(r[6], str | bytes) else r[6]
+    for r in sorted(named, key=lambda r: (-r["priority"], to_datetime(r["run_at"]), r["id"])):
+        payload = r["payload"]
+        if isinstance(payload, str | bytes):
+            payload = json.loads(payload)
         # Claim latency: due time to claim, both by the database's clock.
-        metrics.claim_latency((to_datetime(r[12]) - to_datetime(r[11])).total_seconds())
+        due, claimed = to_datetime(r["run_at"]), to_datetime(r["heartbeat_at"])
+        metrics.claim_latency((claimed - due).total_seconds())
         leases.append(
             Lease(
-                job_id=r[0],
-                fence=r[1],
-                attempt=r[2],
-                attempt_id=r[14],
-                kind=r[3],
-                name=r[4],
-                queue=r[5],
+                job_id=r["id"],
+                fence=r["fence"],
+                attempt=r["attempts"],
+                attempt_id=r["attempt_id"],
+                kind=r["next_kind"],
+                name=r["name"],
+                queue=r["queue"],
                 payload=payload,
-                lease_seconds=r[7],
-                effect=r[8],
-                max_attempts=r[9],
-                created_at=to_datetime(r[10]),
+                lease_seconds=r["lease_seconds"],
+                effect=r["effect"],
+                max_attempts=r["max_attempts"],
+                created_at=to_datetime(r["created_at"]),
                 executor=executor,
+                timeout_seconds=float(r["timeout_seconds"]),
                 granted_at=sent,
             )
         )
@@ -285,15 +332,47 @@ def _mine(lease: Lease, transition: states.Transition | None = None) -> Any:
     return qs
 
 
+def _unsettled(job_id: int) -> Any:
+    """The job's ledger rows whose effect may or may not have happened."""
+    return _unsettled_of_job(job_id)
+
+
+def refusal(lease: Lease, write: str) -> StaleAttempt | EffectsUnsettled:
+    """Why a fenced write on behalf of ``lease`` matched no row, as the exception to raise.
+
+    :class:`StaleAttempt` when the job is no longer leased under this fence (or, for a write
+    that needs it, the lease has expired); :class:`AttemptOverrun` when the attempt still holds
+    the fence but is past its maximum runtime; for a completion, :class:`EffectsUnsettled`
+    when the ledger holds an effect that may or may not have happened. Read only after a
+    refusal, so the common path pays nothing for it.
+    """
+    mine = _mine(lease)
+    if not mine.exists():
+        return StaleAttempt(lease.job_id, lease.fence, write)
+    if mine.filter(deadline_at__lte=DbNow()).exists():
+        return AttemptOverrun(lease.job_id, lease.fence, write)
+    if write == states.COMPLETE.name:
+        keys = sorted(_unsettled(lease.job_id).values_list("key", flat=True))
+        if keys:
+            return EffectsUnsettled(lease.job_id, keys)
+    return StaleAttempt(lease.job_id, lease.fence, write)
+
+
 def heartbeat(lease: Lease) -> bool:
     """Extend the lease by ``lease_seconds`` from the database's now.
 
-    Raises :class:`StaleAttempt` when the job is no longer leased under this fence.
+    Raises :class:`StaleAttempt` when the job is no longer leased under this fence, and
+    :class:`AttemptOverrun` once the attempt is past its maximum runtime: a lease is never
+    renewed past the attempt's deadline, so a hung handler is not held forever.
     """
     with transaction.atomic(using=DB):
-        n = _mine(lease).update(lease_expires_at=DbNow(lease.lease_seconds), heartbeat_at=DbNow())
+        n = (
+            _mine(lease)
+            .filter(deadline_at__gt=DbNow())
+            .update(lease_expires_at=DbNow(lease.lease_seconds), heartbeat_at=DbNow())
+        )
         if n != 1:
-            raise StaleAttempt(lease.job_id, lease.fence, "heartbeat")
+            raise refusal(lease, "heartbeat")
         Attempt.objects.using(DB).filter(pk=lease.attempt_id).update(
             heartbeat_at=DbNow(), lease_expires_at=DbNow(lease.lease_seconds)
         )
@@ -301,17 +380,18 @@ def heartbeat(lease: Lease) -> bool:
 
 
 def assert_current(lease: Lease, write: str, *, lease_valid: bool = True) -> None:
-    """Lock the job row and check ``lease`` still owns it (and, by default, is unexpired).
+    """Lock the job row and check ``lease`` still owns it (and, by default, is unexpired and
+    within its maximum runtime).
 
-    Used before an effect starts: a paused attempt whose lease ran out cannot begin one, even
-    if the reaper has not yet moved the job.
+    Used before an effect starts: a paused attempt whose lease ran out, or a hung one past its
+    maximum runtime, cannot begin one, even if the reaper has not yet moved the job.
     """
     qs = _mine(lease)
     if lease_valid:
-        qs = qs.filter(lease_expires_at__gt=DbNow())
+        qs = qs.filter(lease_expires_at__gt=DbNow(), deadline_at__gt=DbNow())
     # A no-op write takes the row lock, so the check holds until this transaction ends.
     if qs.update(heartbeat_at=F("heartbeat_at")) != 1:
-        raise StaleAttempt(lease.job_id, lease.fence, write)
+        raise refusal(lease, write)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -363,6 +443,12 @@ def finish(
     guard = _mine(lease, t)
     if expired_for is not None:
         guard = guard.filter(lease_expires_at__lt=DbNow(-expired_for))
+    if t == states.COMPLETE:
+        # Succeeded means the effect happened once: not past the attempt's maximum runtime,
+        # and never while the ledger says an effect may or may not have happened.
+        guard = guard.filter(deadline_at__gt=DbNow()).exclude(
+            Exists(_unsettled_of_job(OuterRef("pk")))
+        )
     # No savepoint (two round trips per attempt): a refusal writes nothing and is raised after
     # the block, so an enclosing transaction (the reaper's loop) goes on; a database error
     # inside ends the enclosing transaction, as it does on PostgreSQL in any case.
@@ -373,8 +459,10 @@ def finish(
             if t.target != states.State.SUCCEEDED:
                 # Whatever this attempt intended and did not settle may or may not have
                 # happened: say so in the ledger, whatever the job's next state.
-                _mark_unsettled(lease.job_id, duplicate_possible=decision.duplicate_possible)
+                _mark_unsettled(lease, duplicate_possible=decision.duplicate_possible)
     if not mine:
+        if t == states.COMPLETE:
+            raise refusal(lease, t.name)
         raise StaleAttempt(lease.job_id, lease.fence, t.name)
 
 
@@ -394,8 +482,8 @@ def complete(lease: Lease) -> int | None:
         ((matched, xid),) = _pg_rows(
             f"WITH {_COMPLETE_CTES} SELECT {_COMPLETE_RESULT}", _complete_params([lease])
         )
-    if lease.job_id not in matched:
-        raise StaleAttempt(lease.job_id, lease.fence, states.COMPLETE.name)
+        if lease.job_id not in matched:
+            raise refusal(lease, states.COMPLETE.name)
     return int(xid)
 
 
@@ -413,7 +501,7 @@ def complete_and_claim(
         [lease], executor=executor, queues=queues, limit=limit
     )
     if lease.job_id not in matched:
-        raise StaleAttempt(lease.job_id, lease.fence, states.COMPLETE.name)
+        raise refusal(lease, states.COMPLETE.name)
     return xid, got
 
 
@@ -423,7 +511,8 @@ def complete_many_and_claim(
     """:func:`complete` each of ``leases`` and :func:`claim` up to ``limit`` more jobs in the
     caller's transaction: one commit for many completions.
 
-    Each completion is fenced on its own; a refused one is left out, the others stand. Returns
+    Each completion is fenced on its own; a refused one is left out, the others stand (the
+    caller asks :func:`refusal` why, once the rest has committed). Returns
     the transaction's id (PostgreSQL; None elsewhere), the ids of the jobs completed and the
     new leases, which stand only if the caller's transaction commits. On PostgreSQL this is
     one prepared statement whatever the number of leases.
@@ -434,8 +523,8 @@ def complete_many_and_claim(
             try:
                 complete(lease)
                 matched.add(lease.job_id)
-            except StaleAttempt:
-                pass  # left out; the caller records the refusal once the rest has committed
+            except (StaleAttempt, EffectsUnsettled):
+                pass  # left out; the caller asks why once the rest has committed
         got = claim(executor=executor, queues=queues, limit=limit) if limit > 0 else []
         return None, matched, got
     return _complete_many_pg(leases, executor=executor, queues=queues, limit=limit)
@@ -493,6 +582,10 @@ _COMPLETE_CTES = f"""
         FROM done
         WHERE tenure_job.id = ANY(%s::bigint[]) AND tenure_job.id = done.jid
             AND (state = ANY(%s)) IS TRUE AND (fence = done.jfence OR %s)
+            AND (deadline_at > clock_timestamp()) IS TRUE
+            AND NOT EXISTS (
+                SELECT 1 FROM tenure_effect AS e WHERE e.job_id = tenure_job.id
+                    AND e.state IN ('{Effect.INTENDED}', '{Effect.UNKNOWN}'))
         RETURNING tenure_job.id
     ), attempt AS (
         UPDATE tenure_attempt SET outcome = 'succeeded', finished_at = clock_timestamp()
@@ -502,7 +595,8 @@ _COMPLETE_CTES = f"""
     )"""
 """:func:`complete` on PostgreSQL as ``WITH`` parts, for any number of leases: :func:`finish`'s
 writes for ``COMPLETE`` (``tests/db/test_bulk_and_fast_paths.py`` checks the two leave the same
-rows), each job fenced by its own lease."""
+rows), each job fenced by its own lease, refused past the attempt's deadline or while the
+ledger holds an effect that may or may not have happened (an index probe per job)."""
 
 _COMPLETE_RESULT = "(SELECT coalesce(array_agg(id), '{}') FROM job), txid_current()"
 """The ids of the jobs whose fenced completion matched, and the transaction's id."""
@@ -521,19 +615,71 @@ def _close_attempt(attempt_id: int, outcome: str, failure: Failure | None) -> No
     Attempt.objects.using(DB).filter(pk=attempt_id, finished_at__isnull=True).update(**fields)
 
 
-def _mark_unsettled(job_id: int, *, duplicate_possible: bool) -> None:
-    """An attempt ended without settling its effect intents: their outcome is unknown."""
-    qs = Effect.objects.using(DB).filter(job_id=job_id, state=Effect.INTENDED)
+def _mark_unsettled(lease: Lease, *, duplicate_possible: bool) -> None:
+    """An attempt ended without settling its effect intents: their outcome is unknown, and
+    stays so (``in_doubt``) until a stated fact settles it."""
+    left = list(
+        Effect.objects.using(DB)
+        .filter(job_id=lease.job_id, state=Effect.INTENDED)
+        .values_list("pk", flat=True)
+    )
+    if not left:
+        return
     extra: dict[str, Any] = {"duplicate_possible": True} if duplicate_possible else {}
-    qs.update(state=Effect.UNKNOWN, updated_at=DbNow(), **extra)
+    Effect.objects.using(DB).filter(pk__in=left, state=Effect.INTENDED).update(
+        state=Effect.UNKNOWN, in_doubt=True, updated_at=DbNow(), **extra
+    )
+    for pk in left:
+        _event(
+            pk,
+            lease,
+            EffectEvent.LEFT_UNSETTLED,
+            Effect.UNKNOWN,
+            in_doubt=True,
+            note=f"attempt {lease.attempt} (fence {lease.fence}) ended without recording the "
+            "outcome of its intent",
+        )
+
+
+def _unsettled_of_job(job: Any) -> Any:
+    """The ledger rows of ``job`` (a value or an outer reference) that may have happened."""
+    return Effect.objects.using(DB).filter(job_id=job, state__in=[Effect.INTENDED, Effect.UNKNOWN])
 
 
 def has_unsettled_effect(job_id: int) -> bool:
-    """Whether the job has an effect whose intent was recorded but whose outcome is not."""
-    return (
-        Effect.objects.using(DB)
-        .filter(job_id=job_id, state__in=[Effect.INTENDED, Effect.UNKNOWN])
-        .exists()
+    """Whether an effect of the job may or may not have happened: its intent was recorded and
+    no outcome since, or an attempt's outcome was unknown and no stated fact (a
+    reconciliation's answer, the destination's acknowledgement, an operator's verified fact)
+    has settled it. Every decision that asks "may this effect have happened?" asks this."""
+    return _unsettled(job_id).exists()
+
+
+def unsettled_effects(job_id: int) -> list[Effect]:
+    """The job's ledger rows that may or may not have happened, by name."""
+    return list(_unsettled(job_id).order_by("name"))
+
+
+def _event(
+    effect_id: int,
+    lease: Lease | None,
+    event: str,
+    state_after: str,
+    *,
+    in_doubt: bool,
+    note: str = "",
+    actor: str = "",
+) -> None:
+    """Append one entry to the ledger's history (in the caller's transaction)."""
+    EffectEvent.objects.using(DB).create(
+        effect_id=effect_id,
+        attempt_id=lease.attempt_id if lease and lease.attempt_id else None,
+        fence=lease.fence if lease else None,
+        event=event,
+        state_after=state_after,
+        in_doubt_after=in_doubt,
+        actor=actor[:150],
+        note=note[:2000],
+        created_at=DbNow(),
     )
 
 
@@ -573,9 +719,57 @@ def log_event(kind: str, **fields: Any) -> None:
 # ---------------------------------------------------------------------------------------------
 
 
+INSTALLATION_ID_CHARS = frozenset(
+    "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-"
+)
+_installation: dict[str, str] = {}
+
+
+def check_installation_id(value: str) -> str:
+    """``value`` if it can name an installation in effect keys; else ``ValueError``."""
+    if not 1 <= len(value) <= 40 or not set(value) <= INSTALLATION_ID_CHARS:
+        raise ValueError(
+            f"installation id {value!r} must be 1..40 letters, digits, '.', '_' or '-'"
+        )
+    return value
+
+
+def installation_id() -> str:
+    """This installation's name in effect keys: ``TENURE_INSTALLATION_ID`` if set, else the
+    identity made once for this database (:class:`~scheduler_core.models.Installation`)."""
+    configured = conf.get().INSTALLATION_ID
+    if configured:
+        return check_installation_id(configured)
+    cached = _installation.get(DB)
+    if cached is None:
+        row = Installation.objects.using(DB).filter(pk=1).values_list("key", flat=True).first()
+        if row is None:
+            # The migrations make it; a database emptied since (a test flush) gets a new one.
+            try:
+                with transaction.atomic(using=DB):
+                    Installation.objects.using(DB).create(id=1, key=secrets.token_hex(6))
+            except IntegrityError:
+                pass  # another process made it first
+            row = Installation.objects.using(DB).values_list("key", flat=True).get(pk=1)
+        cached = _installation[DB] = str(row)
+    return cached
+
+
+def _new_key(job_id: int, name: str) -> str:
+    return f"tenure-{installation_id()}-{job_id}-{name}"
+
+
 def effect_key(job_id: int, name: str) -> str:
-    """The effect's key: the work identity and the effect's name, never the attempt."""
-    return f"tenure-{job_id}-{name}"
+    """The effect's key: the installation, the work identity and the effect's name, never the
+    attempt (``tenure-<installation>-<job id>-<name>``). An effect keeps the key it was first
+    recorded with, whatever the installation's name became since."""
+    recorded = (
+        Effect.objects.using(DB)
+        .filter(job_id=job_id, name=name)
+        .values_list("key", flat=True)
+        .first()
+    )
+    return str(recorded) if recorded is not None else _new_key(job_id, name)
 
 
 def _in_job_transaction(lease: Lease) -> bool:
@@ -592,28 +786,30 @@ def effect_intend(lease: Lease, name: str) -> Effect:
     """Record the intent to perform effect ``name`` before the external call (fenced).
 
     Refused (:class:`StaleAttempt`) when the attempt no longer owns the job or its lease has
-    expired by the database's clock, so a paused attempt cannot start a new effect. Returns the
-    ledger row; a row already ``applied`` is returned unchanged for the caller to skip.
+    expired by the database's clock, so a paused attempt cannot start a new effect, and
+    (:class:`AttemptOverrun`) past the attempt's maximum runtime. Returns the ledger row; a
+    row already ``applied`` is returned unchanged for the caller to skip.
 
     An earlier intent whose outcome is not known (``intended`` or ``unknown``) is followed
     according to the job's mode: ``idempotent`` starts again under the same key;
     ``at_least_once`` starts again and the row records that a duplicate is possible and why;
     ``reconcilable`` and ``at_most_once`` refuse with
     :class:`~scheduler_core.exceptions.Indeterminate`, so only a reconcile attempt or an
-    operator who checked the destination can unblock the effect.
+    operator who checked the destination can unblock the effect. Starting again keeps the row
+    ``in_doubt``: what this attempt then learns cannot erase the earlier unknown.
 
     A transactional job inside its transaction writes nothing here: its effect is a write in
     that same transaction, recorded ``applied`` by :func:`effect_settle` and committed with the
     completion or not at all. The ownership check then reads without locking, so an attempt
     paused mid-transaction holds no lock its replacement needs.
     """
-    key = effect_key(lease.job_id, name)
     if _in_job_transaction(lease):
-        if not _mine(lease).filter(lease_expires_at__gt=DbNow()).exists():
-            raise StaleAttempt(lease.job_id, lease.fence, "effect_intent")
-        existing = Effect.objects.using(DB).filter(key=key).first()
+        live = _mine(lease).filter(lease_expires_at__gt=DbNow(), deadline_at__gt=DbNow())
+        if not live.exists():
+            raise refusal(lease, "effect_intent")
+        existing = Effect.objects.using(DB).filter(job_id=lease.job_id, name=name).first()
         return existing or Effect(
-            key=key,
+            key=_new_key(lease.job_id, name),
             job_id=lease.job_id,
             name=name,
             state=Effect.INTENDED,
@@ -622,10 +818,10 @@ def effect_intend(lease: Lease, name: str) -> Effect:
         )
     with transaction.atomic(using=DB):
         assert_current(lease, "effect_intent")
-        row = Effect.objects.using(DB).filter(key=key).first()
+        row = Effect.objects.using(DB).filter(job_id=lease.job_id, name=name).first()
         if row is None:
-            return Effect.objects.using(DB).create(
-                key=key,
+            row = Effect.objects.using(DB).create(
+                key=_new_key(lease.job_id, name),
                 job_id=lease.job_id,
                 name=name,
                 state=Effect.INTENDED,
@@ -634,39 +830,45 @@ def effect_intend(lease: Lease, name: str) -> Effect:
                 created_at=DbNow(),
                 updated_at=DbNow(),
             )
+            _event(row.pk, lease, EffectEvent.INTENDED, Effect.INTENDED, in_doubt=False)
+            row.refresh_from_db()
+            return row
         if row.state == Effect.APPLIED:
             return row
         mode = EffectMode(lease.effect)
-        unsettled = row.state in (Effect.INTENDED, Effect.UNKNOWN)
+        unsettled = row.unsettled
         note = row.note
+        cause = ""
         if unsettled:
             if mode in (EffectMode.AT_MOST_ONCE, EffectMode.RECONCILABLE):
                 raise Indeterminate(
-                    f"effect {key} was left {row.state} by fence {row.fence}; a {mode.value} "
-                    "job does not start it again until it is settled"
+                    f"effect {row.key} was left {row.state} by fence {row.fence}; a "
+                    f"{mode.value} job does not start it again until it is settled"
                 )
             if mode == EffectMode.AT_LEAST_ONCE:
-                note = _with_note(
-                    note,
+                cause = (
                     f"duplicate possible: attempt {lease.attempt} (fence {lease.fence}) starts "
-                    f"the effect again after fence {row.fence} left it {row.state}",
+                    f"the effect again after fence {row.fence} left it {row.state}"
                 )
             else:
-                note = _with_note(
-                    note,
+                cause = (
                     f"attempt {lease.attempt} (fence {lease.fence}) retries under the same key "
-                    f"after fence {row.fence} left it {row.state}",
+                    f"after fence {row.fence} left it {row.state}"
                 )
+            note = _with_note(note, cause)
+        in_doubt = row.in_doubt or unsettled
         Effect.objects.using(DB).filter(pk=row.pk).update(
             state=Effect.INTENDED,
             attempt_id=lease.attempt_id,
             fence=lease.fence,
             intents=F("intents") + 1,
+            in_doubt=in_doubt,
             duplicate_possible=row.duplicate_possible
             or (unsettled and mode == EffectMode.AT_LEAST_ONCE),
             note=note,
             updated_at=DbNow(),
         )
+        _event(row.pk, lease, EffectEvent.INTENDED, Effect.INTENDED, in_doubt=in_doubt, note=cause)
         row.refresh_from_db()
         return row
 
@@ -679,34 +881,47 @@ def effect_settle(
     destination_ref: str = "",
     note: str = "",
     name: str = "",
-) -> None:
-    """Record an effect's outcome (``applied``, ``not_applied`` or ``unknown``), fenced.
+) -> str:
+    """Record what this attempt learned of an effect (``applied``, ``not_applied`` or
+    ``unknown``), fenced; returns the row's state afterwards.
+
+    The answer is sticky: once an attempt's outcome was unknown (``in_doubt``), a later
+    attempt that sent nothing (``not_applied``) leaves the row ``unknown``, since the earlier
+    request may still have landed. Only a stated fact settles it: ``applied`` here (the
+    destination acknowledged the request, a replay included), a reconciliation's answer
+    (:func:`reconciled`) or an operator's verified fact. Every step is kept in the ledger's
+    history (:class:`~scheduler_core.models.EffectEvent`).
 
     Inside a transactional job's transaction only ``applied`` is written (the row is created
     then), since any other outcome rolls the whole transaction back.
     """
     if _in_job_transaction(lease):
         if state != Effect.APPLIED:
-            return
+            return state
         fields: dict[str, Any] = {
             "state": Effect.APPLIED,
+            "in_doubt": False,
             "attempt_id": lease.attempt_id,
             "fence": lease.fence,
             "destination_ref": destination_ref[:300],
             "note": note[:2000],
             "updated_at": DbNow(),
         }
-        if not Effect.objects.using(DB).filter(key=key).update(**fields):
+        row_id = Effect.objects.using(DB).filter(key=key).values_list("pk", flat=True).first()
+        if row_id is not None:
+            Effect.objects.using(DB).filter(pk=row_id).update(**fields)
+        else:
+            if not name:
+                raise ValueError("a transactional effect's first outcome needs its name")
             # A concurrent stale attempt's row would make this insert fail: its transaction
             # rolls back whole, as it must.
-            Effect.objects.using(DB).create(
-                key=key,
-                job_id=lease.job_id,
-                name=name or key.removeprefix(f"tenure-{lease.job_id}-"),
-                created_at=DbNow(),
-                **fields,
+            row_id = (
+                Effect.objects.using(DB)
+                .create(key=key, job_id=lease.job_id, name=name, created_at=DbNow(), **fields)
+                .pk
             )
-        return
+        _event(row_id, lease, EffectEvent.APPLIED, Effect.APPLIED, in_doubt=False, note=note)
+        return Effect.APPLIED
     with transaction.atomic(using=DB):
         assert_current(lease, "effect_outcome", lease_valid=False)
         row = (
@@ -717,12 +932,29 @@ def effect_settle(
         )
         if row is None:
             raise StaleAttempt(lease.job_id, lease.fence, "effect_outcome")
-        fields = {"state": state, "updated_at": DbNow()}
+        event = {
+            Effect.APPLIED: EffectEvent.APPLIED,
+            Effect.NOT_APPLIED: EffectEvent.NOT_SENT,
+            Effect.UNKNOWN: EffectEvent.UNKNOWN,
+        }[state]
+        in_doubt = state == Effect.UNKNOWN or (state == Effect.NOT_APPLIED and row.in_doubt)
+        if state == Effect.APPLIED:
+            in_doubt = False
+        after = Effect.UNKNOWN if in_doubt else state
+        if state == Effect.NOT_APPLIED and in_doubt:
+            note = _with_note(
+                note,
+                f"attempt {lease.attempt} (fence {lease.fence}) sent nothing, but an earlier "
+                "outcome is still unknown: the effect may have happened",
+            )
+        fields = {"state": after, "in_doubt": in_doubt, "updated_at": DbNow()}
         if destination_ref:
             fields["destination_ref"] = destination_ref[:300]
         if note:
             fields["note"] = _with_note(row.note, note)
         Effect.objects.using(DB).filter(pk=row.pk, fence=lease.fence).update(**fields)
+        _event(row.pk, lease, event, after, in_doubt=in_doubt, note=note)
+    return after
 
 
 # ---------------------------------------------------------------------------------------------
@@ -730,36 +962,54 @@ def effect_settle(
 # ---------------------------------------------------------------------------------------------
 
 
-def _situation(
-    job: Job, policy: RetryPolicy | None, has_reconcile: bool, now: datetime
-) -> Situation:
+def _situation(job: Job, now: datetime) -> Situation | None:
+    """What the decision needs about ``job`` (leased, its attempt ending without a result),
+    or None when its type is not registered here: then nothing is decided but to park it."""
+    from . import registry
+
+    jt = registry.get(job.name)
+    if jt is None:
+        return None
+    mode = EffectMode(job.effect)
     return Situation(
-        mode=EffectMode(job.effect),
+        mode=mode,
         attempt=job.attempts,
         max_attempts=job.max_attempts,
         age_seconds=(now - job.created_at).total_seconds(),
-        has_reconcile=has_reconcile,
+        has_reconcile=jt.reconcile is not None,
         kind=job.next_kind,
-        fallback_shares_key=_fallback_shares_key(job.name),
+        has_fallback=jt.fallback is not None,
+        fallback_shares_key=jt.fallback_shares_key,
+        unsettled_effect=mode != EffectMode.TRANSACTIONAL and has_unsettled_effect(job.pk),
     )
 
 
-def _fallback_shares_key(name: str) -> bool:
-    """Whether the job type's fallback (if any) accepts the primary's effect key."""
-    from . import registry
-
-    jt = registry.get(name)
-    return jt is None or jt.fallback_shares_key
-
-
-def _type_policy(name: str) -> tuple[RetryPolicy, bool]:
+def _policy(name: str) -> RetryPolicy:
     from . import registry
 
     jt = registry.get(name)
     if jt is None:
         s = conf.get()
-        return RetryPolicy(base=s.BACKOFF_BASE_SECONDS, cap=s.BACKOFF_CAP_SECONDS), False
-    return jt.retry_policy, jt.reconcile is not None
+        return RetryPolicy(base=s.BACKOFF_BASE_SECONDS, cap=s.BACKOFF_CAP_SECONDS)
+    return jt.retry_policy
+
+
+def _abandoned(
+    job: Job, now: datetime, *, why: str, rng: random.Random, in_flight_grace: float = 0.0
+) -> Decision:
+    """The decision for a leased job whose attempt ended without a result (its lease expired,
+    or its executor gave it up): fail closed when the type is unknown here."""
+    situation = _situation(job, now)
+    if situation is None:
+        return outcomes.unregistered(job.name, by_reaper=True)
+    return outcomes.after_abandon(
+        situation,
+        unsettled_effect=situation.unsettled_effect,
+        policy=_policy(job.name),
+        rng=rng,
+        why=why,
+        in_flight_grace=in_flight_grace,
+    )
 
 
 def reap(*, limit: int = 100, rng: random.Random | None = None) -> Counter[str]:
@@ -767,7 +1017,8 @@ def reap(*, limit: int = 100, rng: random.Random | None = None) -> Counter[str]:
 
     Safe in many processes at once: candidates are locked ``SKIP LOCKED`` and each write is
     conditioned on the job still being leased under the same fence with its lease expired.
-    Returns counts by transition name.
+    A job whose type is not registered in this process is parked, never retried or handed
+    to a fallback. Returns counts by transition name.
     """
     rng = rng or random.Random()
     grace = conf.get().REAP_GRACE_SECONDS
@@ -786,15 +1037,13 @@ def reap(*, limit: int = 100, rng: random.Random | None = None) -> Counter[str]:
             return counts
         now = to_datetime(_now(conn))
         for job in jobs:
-            policy, has_reconcile = _type_policy(job.name)
-            unsettled = job.effect != EffectMode.TRANSACTIONAL and has_unsettled_effect(job.pk)
-            decision = outcomes.after_abandon(
-                _situation(job, policy, has_reconcile, now),
-                unsettled_effect=unsettled,
-                policy=policy,
-                rng=rng,
-                why=f"lease expired (owner {job.lease_owner})",
+            overran = job.deadline_at is not None and to_datetime(job.deadline_at) <= now
+            why = (
+                f"maximum runtime of {job.timeout_seconds:g}s exceeded (owner {job.lease_owner})"
+                if overran
+                else f"lease expired (owner {job.lease_owner})"
             )
+            decision = _abandoned(job, now, why=why, rng=rng)
             lease = _lease_of(job)
             try:
                 # The expiry is re-checked in the write itself: a late heartbeat may have landed.
@@ -834,6 +1083,7 @@ def _lease_of(job: Job) -> Lease:
         max_attempts=job.max_attempts,
         created_at=job.created_at,
         executor=job.lease_owner,
+        timeout_seconds=job.timeout_seconds,
     )
 
 
@@ -841,34 +1091,38 @@ def release(lease: Lease, *, why: str = "executor shutting down") -> None:
     """Give an unfinished attempt back (graceful shutdown), fenced.
 
     With no unsettled effect the job waits again at once and the attempt is not spent; with
-    one, the mode's rule for an ambiguous outcome applies, as it would after lease expiry.
+    one, the mode's rule for an ambiguous outcome applies, as it would after lease expiry (a
+    job whose type is not registered here is parked).
     """
-    policy, has_reconcile = _type_policy(lease.name)
-    unsettled = lease.effect != EffectMode.TRANSACTIONAL and has_unsettled_effect(lease.job_id)
-    job_now = to_datetime(_now(connections[DB]))
-    situation = Situation(
-        mode=EffectMode(lease.effect),
-        attempt=lease.attempt,
-        max_attempts=lease.max_attempts,
-        age_seconds=(job_now - lease.created_at).total_seconds(),
-        has_reconcile=has_reconcile,
-        kind=lease.kind,
-        fallback_shares_key=_fallback_shares_key(lease.name),
-    )
-    if unsettled:
-        # A live executor gives the attempt up: a request it sent may still be in flight.
-        decision = outcomes.after_abandon(
-            situation,
-            unsettled_effect=True,
-            policy=policy,
-            rng=random.Random(),
-            why=why,
-            in_flight_grace=conf.get().REAP_GRACE_SECONDS,
-        )
-    else:
+    job = _mine(lease).first()
+    if job is None:
+        raise StaleAttempt(lease.job_id, lease.fence, states.RELEASE.name)
+    now = to_datetime(_now(connections[DB]))
+    situation = _situation(job, now)
+    if situation is not None and not situation.unsettled_effect:
         decision = Decision(
             transition=states.RELEASE, reason=why, spend_attempt=False, next_kind=Kind(lease.kind)
         )
+    else:
+        # A live executor gives the attempt up: a request it sent may still be in flight.
+        decision = _abandoned(
+            job,
+            now,
+            why=why,
+            rng=random.Random(),
+            in_flight_grace=conf.get().REAP_GRACE_SECONDS,
+        )
+    finish(lease, decision, outcome="released")
+
+
+def release_unstarted(lease: Lease, *, why: str) -> None:
+    """Give back a claimed attempt whose handler never started (a Celery chain's queued job):
+    the job waits again at once, the attempt is not spent, and its kind is kept. Nothing of
+    this attempt can have happened, so no effect rule is asked; effects an earlier attempt
+    left unsettled stay as the ledger has them. Fenced."""
+    decision = Decision(
+        transition=states.RELEASE, reason=why, spend_attempt=False, next_kind=Kind(lease.kind)
+    )
     finish(lease, decision, outcome="released")
 
 
@@ -965,6 +1219,59 @@ class ActionResult:
     audit: AuditEntry
 
 
+@dataclass(frozen=True, kw_only=True)
+class InFlightOwner:
+    """An earlier owner of a job that may still act for it: its attempt was ended by the
+    reaper (lease expired), and its executor is not known to have stopped. Paused between its
+    last check and its call to the destination, it makes that call when it resumes; only a
+    destination that checks the fencing token can refuse it."""
+
+    attempt: int
+    fence: int
+    executor: str
+    last_heartbeat: datetime | None
+    reaped_at: datetime | None
+    executor_last_seen: datetime | None
+    """The executor's own last liveness beat (None: no row for it)."""
+
+
+def needs_fact(job: Job) -> bool:
+    """Whether retrying or resolving ``job`` needs a fact the operator verified: it is
+    indeterminate, or its ledger holds an effect that may or may not have happened. The
+    dashboard offers, and this module accepts, a plain retry only when it does not."""
+    return job.state == states.State.INDETERMINATE or has_unsettled_effect(job.pk)
+
+
+def in_flight_owners(job_id: int, *, limit: int = 20) -> list[InFlightOwner]:
+    """The job's earlier owners that may still be in flight (see :class:`InFlightOwner`),
+    newest first. An executor is known gone only once it recorded its own stop."""
+    reaped = list(
+        Attempt.objects.using(DB)
+        .filter(job_id=job_id, outcome="lease_expired")
+        .order_by("-fence")
+        .values("number", "fence", "executor", "heartbeat_at", "finished_at")[:limit]
+    )
+    rows = {
+        e.id: e for e in Executor.objects.using(DB).filter(id__in={a["executor"] for a in reaped})
+    }
+    out = []
+    for a in reaped:
+        ex = rows.get(a["executor"])
+        if ex is not None and ex.stopped_at is not None:
+            continue
+        out.append(
+            InFlightOwner(
+                attempt=a["number"],
+                fence=a["fence"],
+                executor=a["executor"],
+                last_heartbeat=a["heartbeat_at"],
+                reaped_at=a["finished_at"],
+                executor_last_seen=ex.heartbeat_at if ex is not None else None,
+            )
+        )
+    return out
+
+
 def operator_action(
     job_id: int,
     *,
@@ -973,13 +1280,25 @@ def operator_action(
     actor: str,
     reason: str,
     verified: str = "",
+    effects: Sequence[str] = (),
+    accept_in_flight: bool = False,
 ) -> ActionResult:
     """Apply an operator's ``retry``, ``cancel``, ``resolve`` or ``give_up`` to one job.
 
     Conditioned on the job still having ``expected_version`` and a state the action may leave;
-    otherwise :class:`ActionConflict` (nothing changes). The state change and its audit row
-    commit together. Retrying an indeterminate job needs ``verified`` to name the fact the
-    operator checked: ``not_applied`` or ``same_key`` (idempotent jobs only).
+    otherwise :class:`ActionConflict` (nothing changes). The state change, the facts recorded
+    in the ledger and the audit row commit together.
+
+    Retrying or resolving a job that :func:`needs_fact` needs ``verified`` to name the fact
+    the operator checked: ``not_applied`` or ``same_key`` (idempotent jobs only) for a retry,
+    ``applied`` for a resolve. A fact applies to the effects ``effects`` names (by effect
+    name), never to every effect of the job: with one unsettled effect it may be left out;
+    with several, each one verified is named. A resolve must cover every unsettled effect.
+
+    A ``not_applied`` retry is refused while an earlier owner may still be in flight
+    (:func:`in_flight_owners`) unless ``accept_in_flight`` says the operator accepts it: that
+    owner, paused between its check and its send, would send when it resumes, and only a
+    destination that checks the fencing token would refuse it.
     """
     reason = (reason or "").strip()
     if not reason:
@@ -999,6 +1318,16 @@ def operator_action(
         t, fields, effect_state = _operator_plan(job, action, verified)
         if not t.applies_to(job.state):
             raise ActionRefused(f"{action} does not apply to a {job.state} job")
+        named = _facts_about(job, action, effect_state, effects)
+        owners = in_flight_owners(job_id)
+        if effect_state == Effect.NOT_APPLIED and owners and not accept_in_flight:
+            who = ", ".join(f"{o.executor} (attempt {o.attempt}, fence {o.fence})" for o in owners)
+            raise ActionRefused(
+                f"an earlier owner may still be in flight: {who}. Its lease ran out and it is "
+                "not known to have stopped; paused between its check and its send, it sends "
+                "when it resumes, and only a destination that checks the fencing token refuses "
+                "it. Confirm that you accept this (or that the process is gone) to retry."
+            )
         fields.update(updated_at=DbNow(), version=F("version") + 1)
         n = (
             Job.objects.using(DB)
@@ -1009,11 +1338,22 @@ def operator_action(
             raise ActionConflict(
                 f"job {job_id} changed since version {expected_version}; reload and decide again"
             )
-        if effect_state:
-            Effect.objects.using(DB).filter(
-                job_id=job_id, state__in=[Effect.INTENDED, Effect.UNKNOWN]
-            ).update(
-                state=effect_state, note=f"operator {actor}: {reason}"[:2000], updated_at=DbNow()
+        for row in named:
+            note = f"operator {actor} verified {effect_state}: {reason}"
+            Effect.objects.using(DB).filter(pk=row.pk).update(
+                state=effect_state,
+                in_doubt=False,
+                note=_with_note(row.note, note),
+                updated_at=DbNow(),
+            )
+            _event(
+                row.pk,
+                None,
+                EffectEvent.OPERATOR,
+                effect_state,
+                in_doubt=False,
+                note=reason,
+                actor=actor,
             )
         before = job.state
         job.refresh_from_db()
@@ -1026,15 +1366,50 @@ def operator_action(
             state_before=before,
             state_after=job.state,
             version_before=expected_version,
-            detail={"transition": t.name, "fence": job.fence},
+            detail={
+                "transition": t.name,
+                "fence": job.fence,
+                "effects": [row.name for row in named],
+                "in_flight_owners": [o.executor for o in owners],
+                "accepted_in_flight": bool(owners and accept_in_flight),
+            },
         )
     return ActionResult(job=job, audit=audit)
+
+
+def _facts_about(job: Job, action: str, effect_state: str, effects: Sequence[str]) -> list[Effect]:
+    """The ledger rows a verified fact is about: the effects named, which must be unsettled;
+    none named means the only unsettled one. A resolve must leave none unsettled."""
+    if effects and not effect_state:
+        raise ActionRefused(f"{action} records no fact about effects; name none")
+    if not effect_state:
+        return []
+    unsettled = {row.name: row for row in unsettled_effects(job.pk)}
+    if not effects:
+        if len(unsettled) > 1:
+            raise ActionRefused(
+                f"the job has {len(unsettled)} effects whose outcome is unknown "
+                f"({', '.join(sorted(unsettled))}): name the one(s) you verified"
+            )
+        effects = list(unsettled)
+    named = []
+    for name in dict.fromkeys(effects):
+        if name not in unsettled:
+            raise ActionRefused(f"effect {name!r} of job {job.pk} is not awaiting a fact")
+        named.append(unsettled[name])
+    left = sorted(set(unsettled) - {row.name for row in named})
+    if action == "resolve" and left:
+        raise ActionRefused(
+            f"effect(s) {', '.join(left)} would stay unknown in a succeeded job: verify them too"
+        )
+    return named
 
 
 def _operator_plan(
     job: Job, action: str, verified: str
 ) -> tuple[states.Transition, dict[str, Any], str]:
-    """Which transition an action means for this job, its extra fields, and effect outcome."""
+    """Which transition an action means for this job, its extra fields, and the effect
+    outcome the operator's fact records."""
     state = states.State(job.state)
     if state == states.State.LEASED:
         raise ActionRefused("a leased job cannot be retried, resolved or cancelled")
@@ -1044,7 +1419,7 @@ def _operator_plan(
         effect_state = ""
         # A failed job whose effect outcome is unknown needs the same stated fact as an
         # indeterminate one: a retry may otherwise repeat an effect that happened.
-        if state == states.State.INDETERMINATE or has_unsettled_effect(job.pk):
+        if needs_fact(job):
             if verified == "not_applied":
                 effect_state = Effect.NOT_APPLIED
             elif verified == "same_key":
@@ -1054,9 +1429,11 @@ def _operator_plan(
                     )
             else:
                 raise ActionRefused(
-                    "retrying an indeterminate job needs the fact you verified: "
-                    "not_applied, or same_key for an idempotent job"
+                    "retrying this job needs the fact you verified: not_applied, or same_key "
+                    "for an idempotent job"
                 )
+        elif verified:
+            raise ActionRefused(f"{verified} is a fact about an unknown outcome; this job has none")
         from . import registry
 
         jt = registry.get(job.name)
@@ -1152,6 +1529,7 @@ def insert_job(
     lease_seconds: int,
     unique_key: str | None,
     effect: str,
+    timeout_seconds: float,
     schedule_id: int | None = None,
 ) -> Job:
     """Insert a waiting job in the caller's transaction; a known ``unique_key`` returns the
@@ -1176,6 +1554,7 @@ def insert_job(
         "state": states.State.WAITING,
         "max_attempts": max_attempts,
         "lease_seconds": lease_seconds,
+        "timeout_seconds": timeout_seconds,
         "unique_key": unique_key,
         "effect": effect,
         "schedule_id": schedule_id,
@@ -1214,6 +1593,7 @@ def insert_jobs(
     max_attempts: int,
     lease_seconds: int,
     effect: str,
+    timeout_seconds: float,
 ) -> list[int]:
     """Insert many waiting jobs of one type in one statement, in the caller's transaction, and
     return their ids (in payload order).
@@ -1241,10 +1621,10 @@ def insert_jobs(
         payload, order, run_at_sql = "json(p.value)", "p.key", "%s"
     sql = f"""
         INSERT INTO tenure_job (name, queue, payload, priority, run_at, state, fence,
-            lease_owner, attempts, max_attempts, lease_seconds, effect, next_kind, version,
-            created_at, updated_at, hinted_at, last_error, reason)
+            lease_owner, attempts, max_attempts, lease_seconds, timeout_seconds, effect,
+            next_kind, version, created_at, updated_at, hinted_at, last_error, reason)
         SELECT %s, %s, {payload}, %s, COALESCE({run_at_sql}, {now}), 'waiting', 0, '', 0,
-            %s, %s, %s, 'run', 1, {now}, {now}, {now if hint else "NULL"}, '', ''
+            %s, %s, %s, %s, 'run', 1, {now}, {now}, {now if hint else "NULL"}, '', ''
         FROM {rows} ORDER BY {order}
         RETURNING id
     """
@@ -1255,6 +1635,7 @@ def insert_jobs(
         run_at_param,
         max_attempts,
         lease_seconds,
+        timeout_seconds,
         effect,
         json.dumps(list(payloads), ensure_ascii=False, allow_nan=False),
     ]
@@ -1285,7 +1666,8 @@ def _notify(queue: str) -> None:
 
 
 def reconciled(lease: Lease, answer: outcomes.Reconciliation) -> None:
-    """Record a reconcile attempt's answer on the job's unsettled effects (fenced)."""
+    """Record a reconcile attempt's answer on the job's unsettled effects (fenced): a stated
+    fact, so it settles them (``unknown`` changes nothing)."""
     state = {
         outcomes.Reconciliation.APPLIED: Effect.APPLIED,
         outcomes.Reconciliation.NOT_APPLIED: Effect.NOT_APPLIED,
@@ -1294,9 +1676,21 @@ def reconciled(lease: Lease, answer: outcomes.Reconciliation) -> None:
         return
     with transaction.atomic(using=DB):
         assert_current(lease, "effect_outcome", lease_valid=False)
-        Effect.objects.using(DB).filter(
-            job_id=lease.job_id, state__in=[Effect.INTENDED, Effect.UNKNOWN]
-        ).update(state=state, note=f"reconciled by attempt {lease.attempt}", updated_at=DbNow())
+        for pk in list(_unsettled(lease.job_id).values_list("pk", flat=True)):
+            Effect.objects.using(DB).filter(pk=pk).update(
+                state=state,
+                in_doubt=False,
+                note=f"reconciled by attempt {lease.attempt}",
+                updated_at=DbNow(),
+            )
+            _event(
+                pk,
+                lease,
+                EffectEvent.RECONCILED,
+                state,
+                in_doubt=False,
+                note=f"the destination's lookup answered {answer.value}",
+            )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1311,8 +1705,10 @@ def prune_finished(state: str, older_than: float, *, limit: int = 1000) -> int:
     ``older_than`` seconds ago by the database's clock, with their attempts and ledger rows.
 
     Jobs with an audit entry (an operator acted on them) are kept, so the audit trail always
-    names its job. Terminal jobs never change again except through an audited operator action,
-    so nothing deleted here could still be running. Returns how many jobs were deleted.
+    names its job, and so are jobs whose ledger holds an effect that may or may not have
+    happened (whatever their state, that question stays open until someone settles it).
+    Terminal jobs never change again except through an audited operator action, so nothing
+    deleted here could still be running. Returns how many jobs were deleted.
     """
     if state not in PRUNABLE:
         raise ValueError(f"only finished jobs are pruned, not {state!r}")
@@ -1328,25 +1724,33 @@ def prune_finished(state: str, older_than: float, *, limit: int = 1000) -> int:
             Job.objects.using(DB)
             .filter(state=state, updated_at__lt=DbNow(-older_than))
             .exclude(pk__in=AuditEntry.objects.using(DB).filter(job__isnull=False).values("job"))
+            .exclude(Exists(_unsettled_of_job(OuterRef("pk"))))
             .order_by("updated_at", "id")
             .values_list("id", flat=True)[:limit]
         )
         if not ids:
             return 0
+        EffectEvent.objects.using(DB).filter(effect__job_id__in=ids).delete()
         Effect.objects.using(DB).filter(job_id__in=ids).delete()
         Attempt.objects.using(DB).filter(job_id__in=ids).delete()
         n, _ = Job.objects.using(DB).filter(pk__in=ids, state=state).delete()
         return len(ids) if n else 0
 
 
-_PRUNE_SQL = """
+_PRUNE_SQL = f"""
     WITH doomed AS (
         SELECT j.id FROM tenure_job j
         WHERE j.state = %s AND j.updated_at < clock_timestamp() - make_interval(secs => %s)
           AND NOT EXISTS (SELECT 1 FROM tenure_audit a WHERE a.job_id = j.id)
+          AND NOT EXISTS (
+            SELECT 1 FROM tenure_effect e WHERE e.job_id = j.id
+                AND e.state IN ('{Effect.INTENDED}', '{Effect.UNKNOWN}'))
         ORDER BY j.updated_at, j.id
         LIMIT %s
         FOR UPDATE SKIP LOCKED
+    ), events AS (
+        DELETE FROM tenure_effect_event WHERE effect_id IN (
+            SELECT e.id FROM tenure_effect e WHERE e.job_id IN (SELECT id FROM doomed))
     ), effects AS (
         DELETE FROM tenure_effect WHERE job_id IN (SELECT id FROM doomed)
     ), attempts AS (

@@ -28,6 +28,7 @@ class FakeLease:
     lease_seconds: int = 10
     attempt_id: int = 1
     fence: int = 1
+    timeout_seconds: float = 600.0
 
 
 class FakeCtx:

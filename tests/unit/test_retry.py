@@ -273,7 +273,7 @@ def test_ambiguous_fallback_without_the_key_is_parked() -> None:
 
 def test_abandoned_fallback_with_a_shared_key_retries_the_fallback() -> None:
     d = after_abandon(
-        situation(kind=Kind.FALLBACK, mode=EffectMode.IDEMPOTENT),
+        situation(kind=Kind.FALLBACK, mode=EffectMode.IDEMPOTENT, fallback_shares_key=True),
         unsettled_effect=True,
         policy=RetryPolicy(),
         rng=random.Random(),
