@@ -15,15 +15,17 @@ from .common import percentile
 
 JOBS_SQL = """
 INSERT INTO tenure_job (name, queue, payload, priority, run_at, state, fence, lease_owner,
-    lease_expires_at, heartbeat_at, attempts, max_attempts, lease_seconds, unique_key, effect,
-    next_kind, version, created_at, updated_at, finished_at, hinted_at, last_error, reason)
+    lease_expires_at, deadline_at, heartbeat_at, attempts, max_attempts, lease_seconds,
+    timeout_seconds, unique_key, effect, next_kind, version, created_at, updated_at,
+    finished_at, hinted_at, last_error, reason)
 SELECT
     'bench.kind' || (g %% 12), (ARRAY['default', 'mail', 'billing'])[1 + g %% 3],
     jsonb_build_object('n', g), 0,
     t, st, a, CASE WHEN st = 'leased' THEN 'bench-host:1:exec-x' ELSE '' END,
     CASE WHEN st = 'leased' THEN now() + interval '30 seconds' END,
+    CASE WHEN st = 'leased' THEN now() + interval '600 seconds' END,
     CASE WHEN st = 'leased' THEN now() END,
-    a, 5, 30, NULL, 'at_least_once', 'run', 1 + a, t, t + interval '2 seconds',
+    a, 5, 30, 600, NULL, 'at_least_once', 'run', 1 + a, t, t + interval '2 seconds',
     CASE WHEN st IN ('succeeded', 'failed', 'cancelled') THEN t + interval '2 seconds' END,
     NULL, CASE WHEN st IN ('failed', 'indeterminate') THEN 'bench.Error: generated' ELSE '' END,
     ''
@@ -62,7 +64,8 @@ def generate(jobs: int, attempts_per_job: int) -> dict[str, float]:
     t = time.perf_counter()
     with connection.cursor() as cur:
         cur.execute(
-            "TRUNCATE tenure_job, tenure_attempt, tenure_effect, tenure_executor, "
+            "TRUNCATE tenure_job, tenure_attempt, tenure_effect, tenure_effect_event, "
+            "tenure_executor, "
             "tenure_stale_write, tenure_audit, tenure_count_snapshot RESTART IDENTITY CASCADE"
         )
         cur.execute(JOBS_SQL, [jobs])

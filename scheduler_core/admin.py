@@ -11,7 +11,16 @@ from typing import Any
 from django.contrib import admin
 from django.http import HttpRequest
 
-from .models import Attempt, AuditEntry, Effect, Executor, Job, Schedule, StaleWrite
+from .models import (
+    Attempt,
+    AuditEntry,
+    Effect,
+    EffectEvent,
+    Executor,
+    Job,
+    Schedule,
+    StaleWrite,
+)
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
@@ -47,10 +56,27 @@ class AttemptAdmin(ReadOnlyAdmin):
 
 @admin.register(Effect)
 class EffectAdmin(ReadOnlyAdmin):
-    list_display = ("key", "job", "name", "state", "fence", "intents", "duplicate_possible")
-    list_filter = ("state", "duplicate_possible")
+    list_display = (
+        "key",
+        "job",
+        "name",
+        "state",
+        "in_doubt",
+        "fence",
+        "intents",
+        "duplicate_possible",
+    )
+    list_filter = ("state", "in_doubt", "duplicate_possible")
     search_fields = ("key", "=job__id")
     raw_id_fields = ("job", "attempt")
+
+
+@admin.register(EffectEvent)
+class EffectEventAdmin(ReadOnlyAdmin):
+    list_display = ("created_at", "effect", "fence", "event", "state_after", "in_doubt_after")
+    list_filter = ("event",)
+    search_fields = ("=effect__job__id", "effect__key")
+    raw_id_fields = ("effect", "attempt")
 
 
 @admin.register(AuditEntry)

@@ -36,6 +36,18 @@ def check_tenure_settings(app_configs: Any, **kwargs: Any) -> list[Any]:
                 id="tenure.E003",
             )
         )
+    from .registry import check_timeout
+    from .store import check_installation_id
+
+    try:
+        check_timeout(s.DEFAULT_TIMEOUT_SECONDS, what="TENURE_DEFAULT_TIMEOUT_SECONDS")
+    except ValueError as e:
+        errors.append(Error(str(e), id="tenure.E005"))
+    if s.INSTALLATION_ID:
+        try:
+            check_installation_id(s.INSTALLATION_ID)
+        except ValueError as e:
+            errors.append(Error(f"TENURE_INSTALLATION_ID: {e}", id="tenure.E006"))
     spec = os.environ.get("TENURE_FAILPOINTS")
     if spec:
         try:

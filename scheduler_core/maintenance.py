@@ -21,6 +21,11 @@ from . import conf, metrics, store, transports
 
 log = logging.getLogger("tenure.maintenance")
 
+BACKOFF_CAP_SECONDS = 5.0
+"""The longest a maintenance loop waits between rounds that fail (the database unreachable):
+the wait doubles from 0.5 s up to this, so expired leases are rescued soon after the database
+returns."""
+
 
 def reap_once(*, limit: int = 500, rng: random.Random | None = None) -> Counter[str]:
     """Move every expired lease on (in batches of ``limit``); counts by transition."""
@@ -119,7 +124,7 @@ class Maintenance:
                     log.info("maintenance: %s", result)
             except DatabaseError as e:
                 # Capped low: expired leases are rescued soon after the database returns.
-                backoff = min(5.0, max(0.5, backoff * 2))
+                backoff = min(BACKOFF_CAP_SECONDS, max(0.5, backoff * 2))
                 log.warning("maintenance round failed (%s); next in %.1fs", e, backoff)
                 db_connection.close()
             done += 1

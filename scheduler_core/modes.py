@@ -49,9 +49,12 @@ GUARANTEES: dict[EffectMode, Guarantee] = {
         mode=EffectMode.RECONCILABLE,
         mechanism="After an ambiguous outcome a reconcile attempt asks the destination what "
         "happened before anything is re-run.",
-        promise="Once, when the destination can answer; otherwise the job waits for an operator "
-        "as indeterminate.",
-        needs="A lookup by effect key at the destination (reconcile=...).",
+        promise="Once, when the destination can answer and its lookup fences out older "
+        "requests; otherwise the job waits for an operator as indeterminate.",
+        needs="A lookup by effect key at the destination (reconcile=...) that also fences out "
+        "older requests: once it has answered, a request from an earlier attempt that arrives "
+        "late must be refused (the lookup raises the key's fencing token), or a 'not applied' "
+        "answer could be overtaken by that request.",
         on_ambiguity="Reconcile attempt: applied -> succeeded, not applied -> run again, "
         "unknown -> indeterminate.",
     ),

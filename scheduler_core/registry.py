@@ -52,11 +52,20 @@ class JobType:
     must state. When not, the fallback runs only after the primary's effect is known not
     applied."""
     schedule: ScheduleSpec | None = None
-    timeout: float = 600.0
-    """Maximum runtime of one attempt in seconds (``TENURE_DEFAULT_TIMEOUT_SECONDS`` unless
-    the job type declares one). Past it the attempt may not renew its lease, complete or start
-    an effect; it shows as ``overrunning`` until the reaper moves the job on."""
+    timeout: float | None = None
+    """The maximum runtime this job type declares, in seconds; None takes the project's
+    (:attr:`max_runtime`)."""
     signature: inspect.Signature = field(repr=False, compare=False, default=None)  # type: ignore[assignment]
+
+    @property
+    def max_runtime(self) -> float:
+        """Maximum runtime of one attempt in seconds: ``timeout``, else
+        ``TENURE_DEFAULT_TIMEOUT_SECONDS``. Every attempt has one: past it the attempt may not
+        renew its lease, complete or start an effect, and shows as ``overrunning`` until the
+        reaper moves the job on. Stored on each job when it is enqueued."""
+        if self.timeout is not None:
+            return self.timeout
+        return float(conf.get().DEFAULT_TIMEOUT_SECONDS)
 
     def __call__(self, ctx: Any, **payload: Any) -> Any:
         """Call the handler directly (tests); executors go through the claim protocol."""
@@ -150,7 +159,7 @@ def job(
         attempts = s.DEFAULT_MAX_ATTEMPTS if max_attempts is None else max_attempts
         lease = s.DEFAULT_LEASE_SECONDS if lease_seconds is None else lease_seconds
         _check_limits(jname, attempts, lease)
-        runtime = _check_timeout(jname, s.DEFAULT_TIMEOUT_SECONDS if timeout is None else timeout)
+        runtime = None if timeout is None else check_timeout(timeout, what=f"job {jname}: timeout")
         if mode == EffectMode.RECONCILABLE and reconcile is None:
             raise ValueError(f"job {jname}: effect='reconcilable' needs reconcile=<function>")
         checked = _check_errors_and_schedule(
@@ -252,8 +261,9 @@ def _check_limits(jname: str, attempts: int, lease: int) -> None:
         raise ValueError(f"job {jname}: lease_seconds must be 1..{s.MAX_LEASE_SECONDS}")
 
 
-def _check_timeout(jname: str, timeout: Any) -> float:
-    """The maximum runtime, if it is a finite number of seconds within the limit."""
+def check_timeout(timeout: Any, *, what: str) -> float:
+    """``timeout`` as a maximum runtime, if it is a finite number of seconds within
+    ``TENURE_MAX_TIMEOUT_SECONDS``; else ``ValueError`` naming ``what``."""
     s = conf.get()
     if (
         isinstance(timeout, bool)
@@ -262,7 +272,7 @@ def _check_timeout(jname: str, timeout: Any) -> float:
         or not 0 < timeout <= s.MAX_TIMEOUT_SECONDS
     ):
         raise ValueError(
-            f"job {jname}: timeout (maximum runtime) must be a number of seconds in "
+            f"{what} (a maximum runtime) must be a number of seconds in "
             f"(0, {s.MAX_TIMEOUT_SECONDS:g}]; every attempt has one"
         )
     return float(timeout)
@@ -381,7 +391,7 @@ def enqueue(
         lease_seconds=jt.lease_seconds,
         unique_key=unique_key,
         effect=jt.effect.value,
-        timeout_seconds=jt.timeout,
+        timeout_seconds=jt.max_runtime,
     )
 
 
@@ -415,5 +425,5 @@ def enqueue_many(
         max_attempts=jt.max_attempts,
         lease_seconds=jt.lease_seconds,
         effect=jt.effect.value,
-        timeout_seconds=jt.timeout,
+        timeout_seconds=jt.max_runtime,
     )

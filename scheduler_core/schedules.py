@@ -677,7 +677,7 @@ def _fire_one(row: Schedule, *, now: dt.datetime, grace: float) -> int:
                 lease_seconds=jt.lease_seconds,
                 unique_key=key,
                 effect=jt.effect.value,
-                timeout_seconds=jt.timeout,
+                timeout_seconds=jt.max_runtime,
                 schedule_id=row.pk,
             )
             new += 1

@@ -651,7 +651,7 @@ def has_unsettled_effect(job_id: int) -> bool:
     no outcome since, or an attempt's outcome was unknown and no stated fact (a
     reconciliation's answer, the destination's acknowledgement, an operator's verified fact)
     has settled it. Every decision that asks "may this effect have happened?" asks this."""
-    return _unsettled(job_id).exists()
+    return bool(_unsettled(job_id).exists())
 
 
 def unsettled_effects(job_id: int) -> list[Effect]:

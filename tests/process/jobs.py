@@ -30,3 +30,35 @@ def hold_first(ctx: Any, *, seconds: float = 30.0) -> None:
 def sleep(ctx: Any, *, seconds: float = 1.0) -> None:
     """Sleep on every attempt."""
     time.sleep(seconds)
+
+
+@job(name="tests.proc.hang_first", lease_seconds=2, max_attempts=5)
+def hang_first(ctx: Any, *, seconds: float = 6.0) -> None:
+    """Hang the first attempt (its heartbeat thread alive) for ``seconds``, then try the
+    effect; declares no maximum runtime, so the project's default ends the attempt."""
+    if ctx.attempt == 1:
+        time.sleep(seconds)
+    with ctx.effect("mark"):
+        pass
+
+
+def _transfer(ctx: Any, *, invoice_id: int) -> None:
+    from demo import clients
+
+    with ctx.effect("transfer") as eff:
+        if not eff.done:
+            reply = clients.transfer(
+                ctx,
+                key=eff.key,
+                fence=eff.fence,
+                body={"invoice_id": invoice_id, "cents": 100},
+                timeout=5.0,
+                slow_reply=0.0,
+            )
+            eff.applied(destination_ref=str(reply.get("charge_id", "")))
+
+
+transfer_at_most_once = job(
+    name="tests.proc.transfer_at_most_once", effect="at_most_once", lease_seconds=3
+)(_transfer)
+"""At most once against the demo provider's fenced (not deduplicated) transfer endpoint."""

@@ -356,6 +356,71 @@ def test_stale_attempt_paused_between_intent_and_call_resumes_after_its_replacem
     assert (n, amo.state) == (1, "indeterminate")
 
 
+def test_an_operator_retry_while_the_reaped_owner_is_paused_before_its_send(
+    spawn: Any, env: dict[str, str]
+) -> None:
+    """FAULTS 43. Each at-most-once owner records its intent and stops before its send; the
+    reaper parks the jobs; the operator finds nothing at the destinations. The retry is
+    refused while the owners may be in flight; accepted anyway, the replacement sends, and the
+    resumed owners send too: the SMTP sink (no fence) takes a second message, the fenced
+    provider refuses the older fence. Only a destination that checks the fence closes it."""
+    from scheduler_core.exceptions import ActionRefused
+    from tests.process import jobs as proc_jobs
+
+    env = {**env, "TENURE_JOB_MODULES": "tests.process.jobs"}
+    mail = demo_jobs.email_at_most_once.enqueue(to="owner-in-flight@example.test")
+    transfer = proc_jobs.transfer_at_most_once.enqueue(invoice_id=43)
+    armed = _armed(spawn, env, "before_effect=stop", 2)
+    wait_until(lambda: all(_stopped(p) for p in armed), timeout=60, interval=0.1)
+    helpers = [spawn("run_scheduler", "--interval", "0.2", env=env)]
+    _settled([mail.pk, transfer.pk])
+    mail_key, transfer_key = (
+        store.effect_key(mail.pk, "email"),
+        store.effect_key(transfer.pk, "transfer"),
+    )
+    assert (_mails(mail_key), _charges(transfer_key)) == (0, 0)  # the operator finds nothing
+    for j in (mail, transfer):
+        j.refresh_from_db()
+        assert j.state == "indeterminate"
+        assert len(store.in_flight_owners(j.pk)) == 1
+        with pytest.raises(ActionRefused, match="may still be in flight"):
+            store.operator_action(
+                j.pk,
+                action="retry",
+                expected_version=j.version,
+                actor="olivia",
+                reason="nothing at the destination",
+                verified="not_applied",
+            )
+        store.operator_action(
+            j.pk,
+            action="retry",
+            expected_version=j.version,
+            actor="olivia",
+            reason="nothing at the destination; accepting the paused owner",
+            verified="not_applied",
+            accept_in_flight=True,
+        )
+    helpers.append(spawn("run_executor", "--concurrency", "2", env=env))
+    wait_until(
+        lambda: Job.objects.filter(pk__in=[mail.pk, transfer.pk], state="succeeded").count() == 2,
+        timeout=60,
+        interval=0.1,
+    )
+    for p in armed:
+        p.send_signal(signal.SIGCONT)
+    wait_until(lambda: _mails(mail_key) == 2, timeout=30, interval=0.1)
+    wait_until(
+        lambda: ProviderRequest.objects.filter(key=transfer_key, fence=1).exists(),
+        timeout=30,
+        interval=0.1,
+    )
+    _end(armed + helpers)
+    refused = ProviderRequest.objects.get(key=transfer_key, fence=1)
+    assert refused.outcome == "stale_fence"
+    assert _charges(transfer_key) == 1
+
+
 def test_transactional_attempt_paused_past_its_lease_commits_its_credit_once(
     spawn: Any, env: dict[str, str]
 ) -> None:

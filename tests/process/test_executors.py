@@ -115,3 +115,41 @@ def test_sigterm_releases_a_long_job_without_waiting_for_its_lease(spawn: Any) -
     job = Job.objects.get(pk=j.pk)
     assert (job.state, job.attempts, job.lease_owner) == ("waiting", 0, "")
     assert Attempt.objects.get(job_id=j.pk, fence=1).outcome == "released"
+
+
+def test_a_hung_handler_without_a_declared_timeout_is_ended_at_the_default_maximum_runtime(
+    spawn: Any, settings: Any
+) -> None:
+    """FAULTS 42: the heartbeat thread lives, the handler does not progress, and the job type
+    declares no timeout. The project's default (2 s here) ends the attempt: it shows as
+    overrunning, never running forever; the reaper rescues the job; the hung thread's late
+    effect is refused by the fence."""
+    from scheduler_core import health
+
+    settings.TENURE_DEFAULT_TIMEOUT_SECONDS = 2.0
+    j = jobs.hang_first.enqueue(seconds=8.0)
+    assert j.timeout_seconds == 2.0
+    executor(spawn, env={"TENURE_REAP_GRACE_SECONDS": "0.5"})
+    spawn(
+        "run_scheduler",
+        "--interval",
+        "0.1",
+        env={**FAST_REAPER, "TENURE_REAP_GRACE_SECONDS": "0.5"},
+    )
+    wait_until(lambda: Job.objects.get(pk=j.pk).state == "leased", timeout=30)
+    wait_until(lambda: health.health_counts()["overrunning"] == 1, timeout=10, interval=0.05)
+    assert health.health_counts()["running"] == 0
+    wait_until(lambda: Job.objects.get(pk=j.pk).state == "succeeded", timeout=30)
+    first = Attempt.objects.get(job_id=j.pk, fence=1)
+    assert first.outcome == "lease_expired"
+    assert Job.objects.get(pk=j.pk).fence == 2
+    # The hung first attempt wakes at 8 s and tries its effect: refused, nothing recorded.
+    wait_until(
+        lambda: StaleWrite.objects.filter(job_id=j.pk, fence=1, write="effect_intent").exists(),
+        timeout=20,
+    )
+    from scheduler_core.models import Effect
+
+    assert list(Effect.objects.filter(job_id=j.pk).values_list("fence", "state")) == [
+        (2, "applied")
+    ]

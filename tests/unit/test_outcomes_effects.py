@@ -237,7 +237,29 @@ def test_jobs_guarantees_prints_each_job_types_mode_and_guarantee() -> None:
     assert rows["demo.charge"]["mode"] == "idempotent"
     assert rows["demo.ledger_credit"]["guarantee"] == GUARANTEES[EffectMode.TRANSACTIONAL].promise
     assert rows["demo.charge_reconcilable"]["reconcile"] is True
+    assert rows["demo.charge"]["max_runtime_seconds"] > 0
     text = io.StringIO()
     call_command("jobs_guarantees", stdout=text)
     assert "demo.email_at_most_once" in text.getvalue()
     assert GUARANTEES[EffectMode.AT_MOST_ONCE].promise in text.getvalue()
+    assert "maximum runtime:" in text.getvalue()
+
+
+def test_the_reconcilable_guarantee_says_the_lookup_must_fence_out_older_requests() -> None:
+    """A lookup that answers "not applied" while an older request is still on its way is
+    overtaken by it unless the lookup raises the key's fence: the mode's text must say so
+    wherever it is shown (jobs_guarantees, the dashboard, docs/guarantees.md)."""
+    g = GUARANTEES[EffectMode.RECONCILABLE]
+    assert "fences out older requests" in g.promise
+    assert "older requests" in g.needs and "refused" in g.needs
+    with open("docs/guarantees.md", encoding="utf-8") as f:
+        assert "fences out older requests" in f.read()
+
+
+def test_the_documented_maintenance_backoff_cap_is_the_codes() -> None:
+    from scheduler_core.maintenance import BACKOFF_CAP_SECONDS
+
+    with open("docs/reliability.md", encoding="utf-8") as f:
+        doc = f.read()
+    assert f"up to {BACKOFF_CAP_SECONDS:g} s" in doc
+    assert "up to 30 s" not in doc

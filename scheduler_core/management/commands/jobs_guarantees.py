@@ -27,8 +27,11 @@ def guarantees() -> list[dict[str, Any]]:
                 "needs": g.needs,
                 "on_ambiguity": g.on_ambiguity,
                 "reconcile": bool(jt.reconcile),
+                "fallback": jt.fallback is not None,
+                "fallback_shares_key": jt.fallback_shares_key,
                 "max_attempts": jt.max_attempts,
                 "max_age_seconds": jt.retry_policy.max_age,
+                "max_runtime_seconds": jt.max_runtime,
             }
         )
     return rows
@@ -51,4 +54,7 @@ class Command(BaseCommand):
         width = max(len(r["job"]) for r in rows)
         for r in rows:
             self.stdout.write(f"{r['job']:<{width}}  {r['mode']:<13}  {r['guarantee']}")
-            self.stdout.write(f"{'':<{width}}  {'':<13}  on ambiguity: {r['on_ambiguity']}")
+            pad = f"{'':<{width}}  {'':<13}"
+            self.stdout.write(f"{pad}  needs: {r['needs']}")
+            self.stdout.write(f"{pad}  on ambiguity: {r['on_ambiguity']}")
+            self.stdout.write(f"{pad}  maximum runtime: {r['max_runtime_seconds']:g} s")
