@@ -1,8 +1,12 @@
 """The operator actions the dashboard offers, and the guarantee each one puts at stake.
 
 Each action maps to one call of :func:`scheduler_core.store.operator_action` (or its bulk
-form); this module decides only which actions a job's state and mode allow and what the
-confirmation says. The store re-checks everything inside the write.
+form) and names the lifecycle transition that call takes (``scheduler_core.states``). The
+states an action is offered for are that transition's sources, never a list of their own, so
+the dashboard cannot offer what the lifecycle forbids nor hide what it allows. On top of the
+state, only two things narrow the choice: whether the job needs a verified fact
+(:func:`scheduler_core.store.needs_fact`) and the job's effect mode. The store re-checks
+everything inside the write.
 """
 
 from __future__ import annotations
@@ -10,101 +14,149 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from scheduler_core import store
+from scheduler_core import states, store
 from scheduler_core.models import Effect, Job
 from scheduler_core.modes import GUARANTEES, EffectMode
-from scheduler_core.states import State
+
+STORE_ACTIONS: dict[str, str] = {
+    states.OP_RETRY.name: "retry",
+    states.OP_RESOLVE.name: "resolve",
+    states.OP_CANCEL.name: "cancel",
+    states.OP_GIVE_UP.name: "give_up",
+}
+"""The ``operator_action(action=...)`` that takes each operator transition."""
+
+FACT_OUTCOMES: dict[str, str] = {"not_applied": "did not happen", "applied": "happened"}
+"""The verified facts that settle named effects in the ledger, and what the operator saw."""
 
 
 @dataclass(frozen=True, kw_only=True)
 class ActionSpec:
-    """One button on a job: the store action it calls and when it is offered."""
+    """One button on a job: the lifecycle transition it takes and when it is offered."""
 
     key: str
     """URL slug."""
-    action: str
-    """``operator_action(action=...)``."""
+    transition: states.Transition
+    """The operator transition the store call takes; its sources are the states offered."""
     verified: str
     """The fact the operator states they verified (``operator_action(verified=...)``)."""
     label: str
-    states: frozenset[str]
+    fact: bool | None
+    """True: offered only when the job needs a verified fact; False: only when it does not;
+    None: either way (the action states no fact about the effect)."""
     modes: frozenset[str] | None = None
     """Effect modes the action is offered for; None means every mode."""
     danger: bool = False
 
-    def offered_for(self, job: Job) -> bool:
-        """Whether the job's state (and mode) allow this action."""
+    @property
+    def action(self) -> str:
+        """``operator_action(action=...)``."""
+        return STORE_ACTIONS[self.transition.name]
+
+    @property
+    def states(self) -> frozenset[str]:
+        """The states the action is offered for: its transition's sources."""
+        return frozenset(s.value for s in self.transition.sources)
+
+    @property
+    def settles_effects(self) -> bool:
+        """Whether the action records the operator's fact on the effects they name."""
+        return self.verified in FACT_OUTCOMES
+
+    def offered_for(self, job: Job, *, fact_needed: bool | None = None) -> bool:
+        """Whether the job's state, mode and need of a fact allow this action.
+
+        ``fact_needed`` is :func:`store.needs_fact` of the job, read here when not given.
+        """
         if job.state not in self.states:
             return False
-        return self.modes is None or job.effect in self.modes
+        if self.modes is not None and job.effect not in self.modes:
+            return False
+        if self.fact is None:
+            return True
+        if fact_needed is None:
+            fact_needed = store.needs_fact(job)
+        return self.fact == fact_needed
 
-
-W, F, I = State.WAITING.value, State.FAILED.value, State.INDETERMINATE.value  # noqa: E741
 
 ACTIONS: tuple[ActionSpec, ...] = (
-    ActionSpec(key="retry", action="retry", verified="", label="Retry", states=frozenset({F})),
+    ActionSpec(
+        key="retry",
+        transition=states.OP_RETRY,
+        verified="",
+        label="Retry",
+        fact=False,
+    ),
     ActionSpec(
         key="retry-not-applied",
-        action="retry",
+        transition=states.OP_RETRY,
         verified="not_applied",
         label="Retry: I verified the effect did not happen",
-        states=frozenset({I, F}),
+        fact=True,
     ),
     ActionSpec(
         key="retry-same-key",
-        action="retry",
+        transition=states.OP_RETRY,
         verified="same_key",
         label="Retry under the same idempotency key",
-        states=frozenset({I, F}),
+        fact=True,
         modes=frozenset({EffectMode.IDEMPOTENT.value}),
     ),
     ActionSpec(
         key="resolve-applied",
-        action="resolve",
+        transition=states.OP_RESOLVE,
         verified="applied",
         label="Resolve as succeeded: I verified the effect happened",
-        states=frozenset({I}),
+        fact=True,
     ),
     ActionSpec(
         key="give-up",
-        action="give_up",
+        transition=states.OP_GIVE_UP,
         verified="",
         label="Give up (mark failed)",
-        states=frozenset({I}),
+        fact=None,
         danger=True,
     ),
     ActionSpec(
         key="cancel",
-        action="cancel",
+        transition=states.OP_CANCEL,
         verified="",
         label="Cancel",
-        states=frozenset({W, F, I}),
+        fact=None,
         danger=True,
     ),
 )
 BY_KEY: dict[str, ActionSpec] = {a.key: a for a in ACTIONS}
 
 
-VERIFIED_RETRIES = frozenset({"retry-not-applied", "retry-same-key"})
-
-
 def offered(job: Job) -> list[ActionSpec]:
-    """The actions a job's current state and mode allow (none while it is leased).
+    """The actions a job's current state, mode and need of a fact allow (none while leased).
 
-    A failed job whose ledger holds an effect of unknown outcome is retried only with a
-    stated fact, like an indeterminate one; without such effects a plain retry is offered.
+    A job that needs a verified fact (indeterminate, or an effect of unknown outcome in its
+    ledger) is retried or resolved only with one; otherwise only the plain retry is offered.
     """
-    unsettled = job.state == F and store.has_unsettled_effect(job.pk)
-    out = []
-    for a in ACTIONS:
-        if not a.offered_for(job):
-            continue
-        if job.state == F and a.key == "retry" and unsettled:
-            continue
-        if job.state == F and a.key in VERIFIED_RETRIES and not unsettled:
-            continue
-        out.append(a)
-    return out
+    if not any(job.state in a.states for a in ACTIONS):
+        return []
+    fact_needed = store.needs_fact(job)
+    return [a for a in ACTIONS if a.offered_for(job, fact_needed=fact_needed)]
+
+
+def article(word: str) -> str:
+    """``word`` with its indefinite article ("an indeterminate", "a failed")."""
+    return f"{'an' if word[:1].lower() in 'aeiou' else 'a'} {word}"
+
+
+def not_available(spec: ActionSpec, job: Job) -> str:
+    """Why ``spec`` is not offered for ``job``: its state, its mode or its need of a fact."""
+    if job.state in spec.states and (spec.modes is None or job.effect in spec.modes):
+        this = f"this {job.state} {job.effect} job"
+        if spec.fact:
+            return f"“{spec.label}” states a fact about an unknown outcome; {this} has none."
+        return (
+            f"“{spec.label}” does not apply: {this} may have applied an effect; state the fact "
+            "you verified."
+        )
+    return f"“{spec.label}” does not apply to {article(job.state)} {job.effect} job."
 
 
 def _promise(job: Job) -> str:
@@ -120,48 +172,55 @@ def _keys(effects: Sequence[Effect]) -> str:
 
 
 def statement(spec: ActionSpec, job: Job, effects: Sequence[Effect]) -> str:
-    """The confirmation the operator ticks: what the action does to the effect guarantee."""
+    """The confirmation the operator ticks: what the action does to the effect guarantee.
+
+    ``effects`` is the job's whole ledger. A verified fact is about the effects the operator
+    ticks, never every effect of the job; an effect left unknown stays unknown until a stated
+    fact settles it, whatever later attempts report.
+    """
     mode, promise = job.effect, _promise(job)
-    unsettled = [e for e in effects if e.state in (Effect.INTENDED, Effect.UNKNOWN)]
+    unsettled = [e for e in effects if e.unsettled]
     keys = _keys(effects)
     if spec.key == "retry":
-        text = (
+        return (
             f"The job runs again with a fresh attempt budget under the same effect key "
             f"({keys}). Its mode is {mode}: {promise}"
         )
-        if unsettled:
-            text += (
-                f" The ledger holds {len(unsettled)} effect(s) whose outcome was never recorded;"
-                " running again may repeat them."
-            )
-        return text
     if spec.key == "retry-not-applied":
         return (
-            "I verified at the destination that the effect did NOT happen. The ledger records "
-            f"it as not applied and the job runs again under the same key ({keys}). If the "
-            f"effect did happen after all, it happens twice: mode {mode} promises only: {promise}"
+            "I verified at the destination that each effect I ticked did NOT happen. The ledger "
+            "records those as not applied and the job runs again under the same key "
+            f"({keys}). An effect I did not tick stays unknown: a later attempt that sent "
+            "nothing does not settle it. If a ticked effect did happen after all, it happens "
+            f"twice: mode {mode} promises only: {promise}"
         )
     if spec.key == "retry-same-key":
         return (
-            f"The job runs again under the same idempotency key ({keys}). The destination "
-            f"absorbs the repeat only while it still keeps that key: {promise}"
+            f"The job runs again under the same idempotency key ({keys}). No fact is recorded: "
+            "its effects stay unknown until the destination acknowledges a request (a replay "
+            "included); a later attempt that sent nothing does not settle them. The "
+            f"destination absorbs the repeat only while it still keeps that key: {promise}"
         )
     if spec.key == "resolve-applied":
         return (
-            "I verified at the destination that the effect happened. The ledger records it as "
-            "applied and the job is marked succeeded; it never runs again. If the effect did "
-            "not in fact happen, it is lost."
+            "I verified at the destination that each effect I ticked happened; every effect of "
+            "unknown outcome must be ticked. The ledger records them as applied and the job is "
+            "marked succeeded; it never runs again. If an effect did not in fact happen, it is "
+            "lost."
         )
     if spec.key == "give-up":
         return (
             "The job is marked failed and never runs again unless someone retries it. Its "
-            "effect stays unknown in the ledger: it may or may not have happened, and nothing "
-            "will find out."
+            "effects of unknown outcome stay unknown in the ledger: they may or may not have "
+            "happened, and nothing will find out."
         )
     if spec.key == "cancel":
         text = "The job is cancelled and never runs again. An effect already applied is not undone."
         if unsettled:
-            text += f" The ledger holds {len(unsettled)} effect(s) whose outcome is unknown."
+            text += (
+                f" The ledger holds {len(unsettled)} effect(s) whose outcome is unknown; they "
+                "stay unknown."
+            )
         return text
     raise ValueError(f"no statement for {spec.key!r}")
 
@@ -175,8 +234,9 @@ def bulk_statement(action: str, count: int) -> str:
         return (
             f"All {count} failed jobs matched run again with a fresh attempt budget, each under "
             "its own unchanged effect key; each job's mode decides whether a repeated effect is "
-            "absorbed, recorded as a possible duplicate, or prevented. Indeterminate jobs are "
-            "not included: each needs its own verified fact."
+            "absorbed, recorded as a possible duplicate, or prevented. Indeterminate jobs, and "
+            "failed jobs with an effect of unknown outcome, are not included: each needs its "
+            "own verified fact."
         )
     return (
         f"All {count} jobs matched (waiting, failed or indeterminate) are cancelled and never "

@@ -42,8 +42,27 @@ class JobFilterForm(forms.Form):
         )
 
 
+EFFECT_NAME_MAX = 100
+"""``Effect.name``'s length."""
+
+
+class EffectNamesField(forms.MultipleChoiceField):
+    """The effects an operator ticked, by name (a list; every name a short string).
+
+    Which names are unsettled is the store's to judge, inside the write and after the version
+    check: a stale page is a 409 there, never a choice error here.
+    """
+
+    widget = forms.CheckboxSelectMultiple
+
+    def valid_value(self, value: Any) -> bool:
+        return isinstance(value, str) and 0 < len(value) <= EFFECT_NAME_MAX and "\x00" not in value
+
+
 class ActionForm(forms.Form):
-    """What every action on one job carries: the version seen, a reason, a confirmation."""
+    """What every action on one job carries: the version seen, a reason, a confirmation; for
+    a stated fact, the effects it is about and, with an earlier owner that may still be in
+    flight, the operator's acceptance of that."""
 
     version = forms.IntegerField(min_value=0, max_value=2**31 - 1, widget=forms.HiddenInput)
     reason = forms.CharField(max_length=2000, widget=forms.Textarea(attrs={"rows": 3}))
@@ -51,6 +70,8 @@ class ActionForm(forms.Form):
         required=True,
         error_messages={"required": "Tick the box to confirm what this action does."},
     )
+    effects = EffectNamesField(required=False)
+    accept_in_flight = forms.BooleanField(required=False)
 
     def clean_reason(self) -> str:
         reason = str(self.cleaned_data["reason"]).strip()
@@ -58,11 +79,17 @@ class ActionForm(forms.Form):
             raise forms.ValidationError("Say why.")
         return reason
 
+    def clean_effects(self) -> list[str]:
+        """The ticked names in order, each once."""
+        return list(dict.fromkeys(self.cleaned_data.get("effects") or []))
+
 
 class BulkActionForm(ActionForm):
     """A bulk action: the count confirmed replaces the single version."""
 
     version = None  # type: ignore[assignment]
+    effects = None  # type: ignore[assignment]
+    accept_in_flight = None  # type: ignore[assignment]
     confirmed_count = forms.IntegerField(
         min_value=0, max_value=BIGINT_MAX, label="Type the number of jobs to confirm"
     )

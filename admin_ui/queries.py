@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from django.db.models import Exists, OuterRef, Q, QuerySet
 
-from scheduler_core import health, registry
-from scheduler_core.models import Attempt, AuditEntry, Effect, Job
+from scheduler_core import health, registry, store
+from scheduler_core.models import Attempt, AuditEntry, Effect, EffectEvent, Executor, Job
 from scheduler_core.modes import GUARANTEES, EffectMode, Guarantee
 from scheduler_core.states import State
 
@@ -21,6 +22,8 @@ PAGE_SIZE_DEFAULT = 50
 PAGE_SIZE_MAX = 200
 ATTEMPTS_SHOWN = 100
 AUDIT_SHOWN = 200
+EVENTS_SHOWN = 500
+"""The newest ledger history entries a job's page shows (across its effects)."""
 HEALTH_FILTERS: tuple[str, ...] = (*health.HEALTH_CATEGORIES, "succeeded_recently")
 """Every health category the list can filter by."""
 
@@ -92,9 +95,7 @@ def bulk_targets(f: JobFilter, action: str) -> QuerySet[Job]:
     verified, one job at a time. Bulk cancel covers every state cancel may leave.
     """
     if action == "retry":
-        unsettled = Effect.objects.filter(
-            job=OuterRef("pk"), state__in=[Effect.INTENDED, Effect.UNKNOWN]
-        )
+        unsettled = store.unsettled_of_job(OuterRef("pk"))
         return f.queryset().filter(state=State.FAILED).exclude(Exists(unsettled))
     if action == "cancel":
         return f.queryset().filter(state__in=[State.WAITING, State.FAILED, State.INDETERMINATE])
@@ -139,11 +140,109 @@ def guarantee_of(job: Job) -> Guarantee | None:
         return None
 
 
-def job_record(job: Job) -> dict[str, Any]:
-    """A job's full record: payload, guarantee, attempts, effect ledger and audit trail."""
-    attempts = list(Attempt.objects.filter(job=job).order_by("-fence")[:ATTEMPTS_SHOWN])
+EVENT_LABELS: dict[str, str] = {
+    EffectEvent.INTENDED: "intent recorded before the call",
+    EffectEvent.APPLIED: "applied: the destination acknowledged it",
+    EffectEvent.NOT_SENT: "the attempt sent nothing",
+    EffectEvent.UNKNOWN: "outcome unknown",
+    EffectEvent.LEFT_UNSETTLED: "the attempt ended without recording the outcome",
+    EffectEvent.RECONCILED: "a reconciliation answered",
+    EffectEvent.OPERATOR: "an operator stated a verified fact",
+}
+"""What each ledger history event means, as the job page says it."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class LedgerRow:
+    """One effect of a job and its history, oldest event first."""
+
+    effect: Effect
+    events: list[dict[str, Any]]
+
+
+def ledger(job: Job) -> tuple[list[LedgerRow], int]:
+    """The job's effects, each with its history (the newest ``EVENTS_SHOWN`` events of the
+    job), and how many history events the job has in all."""
     effects = list(Effect.objects.filter(job=job).order_by("name"))
+    events = EffectEvent.objects.filter(effect__job=job)
+    rows = list(
+        events.order_by("-id").values(
+            "effect_id",
+            "created_at",
+            "attempt__number",
+            "fence",
+            "event",
+            "state_after",
+            "in_doubt_after",
+            "actor",
+            "note",
+        )[:EVENTS_SHOWN]
+    )
+    by_effect: dict[int, list[dict[str, Any]]] = {e.pk: [] for e in effects}
+    for row in reversed(rows):
+        event = {**row, "label": EVENT_LABELS.get(row["event"], row["event"])}
+        by_effect.setdefault(row["effect_id"], []).append(event)
+    total = len(rows) if len(rows) < EVENTS_SHOWN else events.count()
+    return [LedgerRow(effect=e, events=by_effect[e.pk]) for e in effects], total
+
+
+@dataclass(frozen=True, kw_only=True)
+class OwnerStatus:
+    """The executor of a job's last attempt and what is known about whether it stopped."""
+
+    attempt: int
+    fence: int
+    executor: str
+    outcome: str
+    heartbeat_at: datetime | None
+    """The attempt's last lease renewal."""
+    ended_at: datetime | None
+    """When the attempt was ended (by the reaper when ``outcome`` is ``lease_expired``)."""
+    executor_seen_at: datetime | None
+    """The executor's own last liveness beat (None: no row for it)."""
+    executor_stopped_at: datetime | None
+    in_flight: bool
+    """Reaped and not known to have stopped: :func:`scheduler_core.store.in_flight_owners`."""
+
+    @property
+    def holds_lease(self) -> bool:
+        """Whether the attempt is still open (the job is leased to it)."""
+        return self.ended_at is None
+
+    @property
+    def known_gone(self) -> bool:
+        """Whether the executor recorded its own stop: only that makes it known gone."""
+        return self.executor_stopped_at is not None
+
+
+def owner_status(job: Job, in_flight: list[store.InFlightOwner]) -> OwnerStatus | None:
+    """The job's last owner (None when never claimed); ``in_flight`` is the job's
+    :func:`scheduler_core.store.in_flight_owners`."""
+    last = Attempt.objects.filter(job=job).order_by("-fence").first()
+    if last is None:
+        return None
+    ex = Executor.objects.filter(pk=last.executor).first()
+    return OwnerStatus(
+        attempt=last.number,
+        fence=last.fence,
+        executor=last.executor,
+        outcome=last.outcome,
+        heartbeat_at=last.heartbeat_at,
+        ended_at=last.finished_at,
+        executor_seen_at=ex.heartbeat_at if ex else None,
+        executor_stopped_at=ex.stopped_at if ex else None,
+        in_flight=any(o.fence == last.fence for o in in_flight),
+    )
+
+
+def job_record(job: Job) -> dict[str, Any]:
+    """A job's full record: payload, guarantee, attempts, effect ledger with its history, the
+    last owner and any earlier one that may still be in flight, and the audit trail."""
+    attempts = list(Attempt.objects.filter(job=job).order_by("-fence")[:ATTEMPTS_SHOWN])
+    rows, events_total = ledger(job)
+    effects = [r.effect for r in rows]
     audit = list(AuditEntry.objects.filter(job=job).order_by("-created_at", "-id")[:AUDIT_SHOWN])
+    in_flight = store.in_flight_owners(job.pk)
     return {
         "job": job,
         "payload_json": json.dumps(job.payload, indent=2, sort_keys=True, ensure_ascii=False),
@@ -151,6 +250,11 @@ def job_record(job: Job) -> dict[str, Any]:
         "attempts": attempts,
         "attempts_total": Attempt.objects.filter(job=job).count(),
         "effects": effects,
-        "unsettled": [e for e in effects if e.state in (Effect.INTENDED, Effect.UNKNOWN)],
+        "ledger": rows,
+        "events_total": events_total,
+        "events_shown": min(events_total, EVENTS_SHOWN),
+        "unsettled": [e for e in effects if e.unsettled],
+        "owner": owner_status(job, in_flight),
+        "in_flight": in_flight,
         "audit": audit,
     }

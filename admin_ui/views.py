@@ -12,7 +12,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 from django.contrib import messages
-from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect, QueryDict
 from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
 
@@ -165,7 +165,15 @@ def _spec(key: str) -> actions.ActionSpec:
 
 
 def _confirm_context(job: Job, spec: actions.ActionSpec, form: ActionForm) -> dict[str, Any]:
+    """What the confirmation shows: the statement, the effects a fact would be about (each
+    with its box), and the earlier owners that may still be in flight."""
     effects = list(Effect.objects.filter(job=job).order_by("name"))
+    unsettled = store.unsettled_effects(job.pk)
+    if isinstance(form.data, QueryDict):
+        checked = set(form.data.getlist("effects"))
+    else:
+        checked = set(form.initial.get("effects", []))
+    owners = store.in_flight_owners(job.pk)
     return {
         "job": job,
         "spec": spec,
@@ -173,31 +181,50 @@ def _confirm_context(job: Job, spec: actions.ActionSpec, form: ActionForm) -> di
         "statement": actions.statement(spec, job, effects),
         "guarantee": queries.guarantee_of(job),
         "effects": effects,
+        "unsettled": unsettled,
+        "checked": checked,
+        "fact_outcome": actions.FACT_OUTCOMES.get(spec.verified, ""),
+        "owners": owners,
+        # Only a not-applied retry is refused while an owner may be in flight (the store's
+        # rule); every other action still shows who that owner is and what it may do.
+        "needs_acceptance": bool(owners) and spec.verified == "not_applied",
     }
+
+
+def _not_available(request: HttpRequest, spec: actions.ActionSpec, job: Job) -> HttpResponse:
+    return _problem(
+        request,
+        status=400,
+        title="Not available",
+        message=actions.not_available(spec, job),
+        back=reverse("admin_ui:job_detail", args=[job.pk]),
+    )
 
 
 @dashboard_view(operate=True)
 def action_confirm(request: HttpRequest, job_id: int, key: str) -> HttpResponse:
-    """The confirmation step: restates the guarantee at stake, asks for a reason. Never writes."""
+    """The confirmation step: restates the guarantee at stake, lists the effects a fact is
+    about and any earlier owner still in flight, asks for a reason. Never writes."""
     spec = _spec(key)
     job = get_object_or_404(Job, pk=job_id)
-    back = reverse("admin_ui:job_detail", args=[job.pk])
     if not spec.offered_for(job):
-        return _problem(
-            request,
-            status=400,
-            title="Not available",
-            message=f"“{spec.label}” does not apply to a {job.state} {job.effect} job.",
-            back=back,
-        )
-    form = ActionForm(initial={"version": job.version})
+        return _not_available(request, spec, job)
+    initial: dict[str, Any] = {"version": job.version}
+    if spec.settles_effects:
+        unsettled = store.unsettled_effects(job.pk)
+        # With one effect in question there is nothing to choose; with several, the operator
+        # ticks each one they verified.
+        if len(unsettled) == 1:
+            initial["effects"] = [unsettled[0].name]
+    form = ActionForm(initial=initial)
     context = _confirm_context(job, spec, form)
     return render(request, _template(request, "admin_ui/confirm.html", "dialog"), context)
 
 
 @dashboard_view(methods=("POST",), operate=True)
 def job_action(request: HttpRequest, job_id: int, key: str) -> HttpResponse:
-    """Apply one action to one job through the store; 409 when the page was stale."""
+    """Apply one action to one job through the store; 409 when the page was stale, the
+    problem page with the store's reason when it refuses."""
     spec = _spec(key)
     job = get_object_or_404(Job, pk=job_id)
     back = reverse("admin_ui:job_detail", args=[job.pk])
@@ -207,15 +234,18 @@ def job_action(request: HttpRequest, job_id: int, key: str) -> HttpResponse:
             request, "admin_ui/confirm.html", _confirm_context(job, spec, form), status=400
         )
     version = form.cleaned_data["version"]
+    effects: list[str] = form.cleaned_data["effects"]
     # Judged against the state the operator saw; a different version is the store's 409.
-    if job.version == version and not spec.offered_for(job):
-        return _problem(
-            request,
-            status=400,
-            title="Not available",
-            message=f"“{spec.label}” does not apply to a {job.state} {job.effect} job.",
-            back=back,
-        )
+    if job.version == version:
+        if not spec.offered_for(job):
+            return _not_available(request, spec, job)
+        # The store would take "none named" as the only effect in question; from this form
+        # it means the operator ticked none, so nothing was verified.
+        if spec.settles_effects and not effects and store.unsettled_effects(job.pk):
+            form.add_error("effects", "Tick each effect you verified.")
+            return render(
+                request, "admin_ui/confirm.html", _confirm_context(job, spec, form), status=400
+            )
     try:
         result = store.operator_action(
             job.pk,
@@ -224,6 +254,8 @@ def job_action(request: HttpRequest, job_id: int, key: str) -> HttpResponse:
             actor=request.user.get_username(),
             reason=form.cleaned_data["reason"],
             verified=spec.verified,
+            effects=effects,
+            accept_in_flight=form.cleaned_data["accept_in_flight"],
         )
     except ActionConflict as e:
         return _problem(request, status=409, title="The job changed", message=str(e), back=back)

@@ -334,7 +334,7 @@ def _mine(lease: Lease, transition: states.Transition | None = None) -> Any:
 
 def _unsettled(job_id: int) -> Any:
     """The job's ledger rows whose effect may or may not have happened."""
-    return _unsettled_of_job(job_id)
+    return unsettled_of_job(job_id)
 
 
 def refusal(lease: Lease, write: str) -> StaleAttempt | EffectsUnsettled:
@@ -447,7 +447,7 @@ def finish(
         # Succeeded means the effect happened once: not past the attempt's maximum runtime,
         # and never while the ledger says an effect may or may not have happened.
         guard = guard.filter(deadline_at__gt=DbNow()).exclude(
-            Exists(_unsettled_of_job(OuterRef("pk")))
+            Exists(unsettled_of_job(OuterRef("pk")))
         )
     # No savepoint (two round trips per attempt): a refusal writes nothing and is raised after
     # the block, so an enclosing transaction (the reaper's loop) goes on; a database error
@@ -641,8 +641,9 @@ def _mark_unsettled(lease: Lease, *, duplicate_possible: bool) -> None:
         )
 
 
-def _unsettled_of_job(job: Any) -> Any:
-    """The ledger rows of ``job`` (a value or an outer reference) that may have happened."""
+def unsettled_of_job(job: Any) -> Any:
+    """The ledger rows of ``job`` (a value, or ``OuterRef("pk")`` in a subquery) whose effect
+    may or may not have happened: the one definition of "unsettled"."""
     return Effect.objects.using(DB).filter(job_id=job, state__in=[Effect.INTENDED, Effect.UNKNOWN])
 
 
@@ -1724,7 +1725,7 @@ def prune_finished(state: str, older_than: float, *, limit: int = 1000) -> int:
             Job.objects.using(DB)
             .filter(state=state, updated_at__lt=DbNow(-older_than))
             .exclude(pk__in=AuditEntry.objects.using(DB).filter(job__isnull=False).values("job"))
-            .exclude(Exists(_unsettled_of_job(OuterRef("pk"))))
+            .exclude(Exists(unsettled_of_job(OuterRef("pk"))))
             .order_by("updated_at", "id")
             .values_list("id", flat=True)[:limit]
         )

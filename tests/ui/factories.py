@@ -1,8 +1,8 @@
 """Job states for dashboard tests, made through the real write seam.
 
 Every job is enqueued through the registry, claimed with ``store.claim`` and ended with
-``store.finish`` and a ``Decision``, exactly as an executor would; nothing writes Job rows
-directly.
+``store.finish`` and a ``Decision``, exactly as an executor would, or by the reaper
+(``store.reap``) once its lease ran out; nothing writes Job rows directly.
 """
 
 from __future__ import annotations
@@ -13,12 +13,15 @@ from typing import Any
 from django.contrib.auth import get_user_model
 
 from admin_ui.permissions import grant
-from scheduler_core import job, registry, states, store
+from scheduler_core import health, job, registry, states, store
 from scheduler_core.classify import FailureClass
 from scheduler_core.models import Job
 from scheduler_core.outcomes import Decision
+from tests.conftest import wait_until
 
 EXECUTOR = "ui-test-host:1:exec-ui"
+OWNER = "ui-paused-host:7:exec-owner"
+"""An earlier owner whose lease ran out: the reaper ends its attempt while it may still run."""
 PASSWORD = "correct horse battery staple"
 XSS = "<script>alert('x')</script>"
 
@@ -34,6 +37,15 @@ AT_LEAST_ONCE = job(name="ui.sync", queue="default", effect="at_least_once", max
 SHORT_LEASE = job(
     name="ui.short", queue="default", effect="at_least_once", max_attempts=5, lease_seconds=1
 )(_any)
+# Reaped with an effect intent: at most once parks it; idempotent with no attempt left too.
+SHORT_AT_MOST_ONCE = job(
+    name="ui.short_notify", queue="mail", effect="at_most_once", max_attempts=5, lease_seconds=1
+)(_any)
+SHORT_IDEMPOTENT = job(
+    name="ui.short_charge", queue="billing", effect="idempotent", max_attempts=1, lease_seconds=1
+)(_any)
+HANGS = job(name="ui.hang", queue="default", effect="at_least_once", timeout=0.2)(_any)
+"""Overruns its 0.2 s maximum runtime while its 30 s lease is still valid."""
 
 
 def user(username: str, *, operate: bool = False, view: bool = True) -> Any:
@@ -96,16 +108,74 @@ def failed(name: str = "ui.sync", message: str = "card declined", **payload: Any
     return j
 
 
-def indeterminate(name: str = "ui.charge", message: str = "timed out", **payload: Any) -> Job:
-    """A job parked after an ambiguous outcome, with an effect intent the ledger calls unknown."""
+def indeterminate(
+    name: str = "ui.charge",
+    message: str = "timed out",
+    *,
+    effects: tuple[str, ...] = ("charge",),
+    **payload: Any,
+) -> Job:
+    """A job parked after an ambiguous outcome, with effect intents the ledger calls unknown."""
     j, lease = running(name, **payload)
-    store.effect_intend(lease, "charge")
+    for effect in effects:
+        store.effect_intend(lease, effect)
     store.finish(
         lease,
         Decision(transition=states.PARK, reason=f"indeterminate: {message}"),
         outcome="indeterminate",
         failure=_failure(FailureClass.INDETERMINATE, message),
     )
+    j.refresh_from_db()
+    return j
+
+
+def with_unknown_effect(transition: states.Transition, name: str = "ui.charge") -> Job:
+    """A job whose attempt recorded an intent and ended by ``transition`` (``FAIL``: failed,
+    ``RETRY``: waiting again) without an outcome: its effect is unknown in the ledger."""
+    j, lease = running(name)
+    store.effect_intend(lease, "charge")
+    fail = transition == states.FAIL
+    store.finish(
+        lease,
+        Decision(transition=transition, reason="ended without an outcome"),
+        outcome="failed" if fail else "retry",
+        failure=_failure(
+            FailureClass.PERMANENT if fail else FailureClass.TRANSIENT, "handler raised"
+        ),
+    )
+    j.refresh_from_db()
+    return j
+
+
+def reaped(
+    name: str = "ui.short_notify",
+    *,
+    effects: tuple[str, ...] = ("charge",),
+    stopped: bool = False,
+) -> Job:
+    """A job whose owner (``OWNER``) recorded its effect intents and then went silent: once
+    its one-second lease ran out the reaper ended the attempt (``lease_expired``) and parked
+    the job indeterminate. The owner's executor never recorded its stop, unless ``stopped``.
+    """
+    store.executor_started(OWNER, transport="polling", queues=["mail", "billing"], concurrency=1)
+    j = enqueue(name)
+    lease = claim(j, OWNER)
+    for effect in effects:
+        store.effect_intend(lease, effect)
+    wait_until(lambda: store.reap(), timeout=10)
+    if stopped:
+        store.executor_stopped(OWNER)
+    j.refresh_from_db()
+    assert j.state == states.State.INDETERMINATE, j.state
+    return j
+
+
+def overrunning() -> Job:
+    """A leased job past its attempt's maximum runtime (``deadline_at`` in the past), its
+    lease still valid."""
+    j, _ = running("ui.hang")
+    overran = health.health_q("overrunning")
+    wait_until(lambda: Job.objects.filter(overran, pk=j.pk).exists(), timeout=10)
     j.refresh_from_db()
     return j
 

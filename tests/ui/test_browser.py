@@ -1,10 +1,11 @@
 """The dashboard in a real browser against a live server: log in, read every category, resolve
-an indeterminate job through its confirmation dialog, see the audit row; a viewer sees no
-buttons.
+an indeterminate job through its confirmation dialog, see the audit row; retry one whose
+earlier owner may still be in flight; a viewer sees no buttons.
 
 Needs Chromium at /usr/bin/chromium: required when ``CI=true``, skipped (with the reason)
-elsewhere. ``TENURE_SCREENSHOTS=<dir>`` also saves ``overview.png`` and
-``resolve-dialog.png`` there (the docs' images come from ``TENURE_SCREENSHOTS=docs/img``).
+elsewhere. ``TENURE_SCREENSHOTS=<dir>`` also saves ``overview.png``, ``resolve-dialog.png``,
+``in-flight-job.png`` and ``in-flight-retry-dialog.png`` there (the docs' images come from
+``TENURE_SCREENSHOTS=docs/img``).
 """
 
 from __future__ import annotations
@@ -94,6 +95,7 @@ def every_category() -> dict[str, Job]:
         "waiting_scheduled": f.scheduled("ui.notify"),
         "waiting_backing_off": f.backing_off("ui.sync"),
         "running": f.running("ui.charge", invoice_id=7, cents=1250)[0],
+        "overrunning": f.overrunning(),
         "failing_repeatedly": f.backing_off("ui.charge", attempts=3),
         "stuck": f.stuck("ui.notify"),
         "indeterminate": f.indeterminate(
@@ -135,7 +137,9 @@ def test_operator_sees_every_category_and_resolves_an_indeterminate_job(page: An
     page.click('[data-action="resolve-applied"]')
     dialog = page.locator("#dialog")
     dialog.wait_for()
-    assert "I verified at the destination that the effect happened" in dialog.inner_text()
+    assert "I verified at the destination that each effect I ticked happened" in dialog.inner_text()
+    # The one effect in question comes ticked.
+    assert dialog.locator('input[name="effects"][value="charge"]').is_checked()
     assert IDEMPOTENT_PROMISE in dialog.inner_text()
     page.fill("#id_reason", "Provider dashboard shows charge ch_123 captured")
     page.check("#id_confirm")
@@ -152,6 +156,57 @@ def test_operator_sees_every_category_and_resolves_an_indeterminate_job(page: An
     assert "indeterminate → succeeded" in row
     assert Job.objects.get(pk=job.pk).state == "succeeded"
     assert AuditEntry.objects.filter(job=job, verified="applied").count() == 1
+    assert page.csp_errors == []  # type: ignore[attr-defined]
+
+
+def test_operator_retries_an_indeterminate_job_whose_owner_may_be_in_flight(page: Any) -> None:
+    f.user("olivia", operate=True)
+    job = f.reaped("ui.short_notify")
+    log_in(page, "olivia")
+    page.goto(f"/ops/jobs/{job.pk}/")
+    owner = page.locator("#owner")
+    assert f.OWNER in owner.inner_text()
+    assert "no: not known to have stopped" in owner.inner_text()
+    assert "it will send when it resumes" in owner.inner_text()
+    if SHOTS:
+        Path(SHOTS).mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(Path(SHOTS) / "in-flight-job.png"), full_page=True)
+
+    page.click('[data-action="retry-not-applied"]')
+    dialog = page.locator("#dialog")
+    dialog.wait_for()
+    text = dialog.inner_text()
+    assert f.OWNER in text and "not known to have stopped" in text
+    assert "If it is paused between its check and its send, it will send when it resumes" in text
+    assert "only a destination that checks the fencing token closes this window" in text
+    effect = dialog.locator('input[name="effects"][value="charge"]')
+    assert effect.is_checked()  # the one effect in question comes ticked
+    effect.uncheck()
+    effect.check()
+    page.fill("#id_reason", "Mail server log: no message for this key")
+    page.check("#id_confirm")
+    # Without the acknowledgment the form is not complete, so the browser does not send it.
+    accept = dialog.locator("#id_accept_in_flight")
+    assert accept.evaluate("e => e.validity.valueMissing") is True
+    assert dialog.locator("form").evaluate("f => f.checkValidity()") is False
+    accept.check()
+    assert dialog.locator("form").evaluate("f => f.checkValidity()") is True
+    if SHOTS:
+        page.screenshot(path=str(Path(SHOTS) / "in-flight-retry-dialog.png"))
+    dialog.locator("button[type=submit]").click()
+
+    page.wait_for_url(f"**/ops/jobs/{job.pk}/")
+    assert page.locator(".badge.big").inner_text() == "waiting"
+    assert "indeterminate → waiting" in page.locator("table.audit tbody tr").first.inner_text()
+    # Settled now, so its history is folded; opening it shows the operator's fact.
+    page.locator('[data-effect="charge"] summary').click()
+    fact = page.locator('[data-effect="charge"] [data-event="operator"]')
+    assert "Mail server log: no message for this key" in fact.inner_text()
+    assert Job.objects.get(pk=job.pk).state == "waiting"
+    audit = AuditEntry.objects.get(job=job)
+    assert audit.detail["accepted_in_flight"] is True
+    assert audit.detail["in_flight_owners"] == [f.OWNER]
+    assert audit.detail["effects"] == ["charge"]
     assert page.csp_errors == []  # type: ignore[attr-defined]
 
 

@@ -13,9 +13,12 @@ from django.db import connection, transaction
 from django.test import Client
 from django.urls import reverse
 
+from admin_ui import actions
 from admin_ui.permissions import OPERATE_PERM
-from scheduler_core.models import AuditEntry, Effect, Job
+from scheduler_core import states, store
+from scheduler_core.models import AuditEntry, Effect, EffectEvent, Job
 from scheduler_core.modes import GUARANTEES, EffectMode
+from scheduler_core.outcomes import Decision
 
 from . import factories as f
 
@@ -229,15 +232,23 @@ def test_confirmation_restates_the_guarantee_at_stake(op_client: Client) -> None
     assert IDEMPOTENT_PROMISE in page
     assert key in page and "only while it still keeps that key" in page
     page = op_client.get(confirm_url(job, "resolve-applied")).content.decode()
-    assert "I verified at the destination that the effect happened" in page
+    assert "I verified at the destination that each effect I ticked happened" in page
+    assert "every effect of unknown outcome must be ticked" in page
     assert f'name="version" value="{job.version}"' in page
+    # A fact is about the effects ticked; the one left unticked stays unknown, and what a
+    # later attempt reports cannot settle an outcome that was once unknown.
+    page = op_client.get(confirm_url(job, "retry-not-applied")).content.decode()
+    assert "each effect I ticked did NOT happen" in page
+    assert "An effect I did not tick stays unknown" in page
+    assert "a later attempt that sent nothing does not settle it" in page
 
 
 def test_indeterminate_job_resolved_as_applied_succeeds_and_settles_the_ledger(
     op_client: Client,
 ) -> None:
     job = f.indeterminate("ui.notify")
-    assert act(op_client, job, "resolve-applied").status_code == 303
+    # The one effect in question: its box comes ticked, and the form sends it.
+    assert act(op_client, job, "resolve-applied", effects="charge").status_code == 303
     assert f.state_of(job)[0] == "succeeded"
     assert list(Effect.objects.filter(job=job).values_list("state", flat=True)) == ["applied"]
     assert AuditEntry.objects.get(job=job).verified == "applied"
@@ -247,7 +258,7 @@ def test_indeterminate_job_retried_as_not_applied_waits_with_ledger_updated(
     op_client: Client,
 ) -> None:
     job = f.indeterminate("ui.notify")
-    assert act(op_client, job, "retry-not-applied").status_code == 303
+    assert act(op_client, job, "retry-not-applied", effects="charge").status_code == 303
     assert f.state_of(job)[0] == "waiting"
     assert Effect.objects.get(job=job).state == "not_applied"
 
@@ -279,6 +290,256 @@ def test_cancel_applies_to_waiting_failed_and_indeterminate_only(op_client: Clie
     before = snapshot()
     assert act(op_client, done, "cancel").status_code == 400
     assert snapshot() == before
+
+
+# --- the action table is the lifecycle's ------------------------------------------------------
+
+
+def offered_keys(client: Client, job: Job) -> set[str]:
+    """The action buttons the job's page shows."""
+    html = client.get(detail_url(job)).content.decode()
+    return {a.key for a in actions.ACTIONS if f'data-action="{a.key}"' in html}
+
+
+def test_every_action_takes_its_lifecycle_transition_and_is_offered_for_its_sources(
+    op_client: Client,
+) -> None:
+    """One source of truth: an action is offered for exactly the states its lifecycle
+    transition leaves, and the store, asked for it, takes that very transition."""
+    for spec in actions.ACTIONS:
+        assert spec.transition in states.TRANSITIONS and spec.transition.operator, spec.key
+        assert spec.states == frozenset(s.value for s in spec.transition.sources), spec.key
+    # Resolve leaves failed as well as indeterminate: a failed job whose effect outcome is
+    # unknown may be resolved by a verified fact.
+    assert "failed" in actions.BY_KEY["resolve-applied"].states
+    makers = {
+        "retry": lambda: f.failed("ui.charge"),
+        "retry-not-applied": lambda: f.with_unknown_effect(states.FAIL),
+        "retry-same-key": lambda: f.indeterminate("ui.charge"),
+        "resolve-applied": lambda: f.with_unknown_effect(states.FAIL),
+        "give-up": lambda: f.indeterminate("ui.charge"),
+        "cancel": lambda: f.enqueue("ui.charge"),
+    }
+    assert set(makers) == set(actions.BY_KEY)
+    for spec in actions.ACTIONS:
+        job = makers[spec.key]()
+        effects = ["charge"] if spec.settles_effects else []
+        assert act(op_client, job, spec.key, effects=effects).status_code == 303, spec.key
+        audit = AuditEntry.objects.get(job=job)
+        assert audit.detail["transition"] == spec.transition.name, spec.key
+        assert (audit.state_before, audit.state_after) == (job.state, spec.transition.target)
+
+
+def test_offered_actions_follow_the_lifecycle_the_need_of_a_fact_and_the_mode(
+    op_client: Client,
+) -> None:
+    """Plain retry only when no fact is needed; the verified variants only when one is;
+    same key only for idempotent jobs; nothing for a state no operator transition leaves."""
+    fact = {"retry-not-applied", "retry-same-key", "resolve-applied"}
+    table = {
+        "waiting": (f.enqueue("ui.charge"), {"cancel"}),
+        "waiting, effect unknown": (f.with_unknown_effect(states.RETRY), {"cancel"}),
+        "leased": (f.running("ui.charge")[0], set()),
+        "succeeded": (f.succeeded("ui.charge"), set()),
+        "failed": (f.failed("ui.charge"), {"retry", "cancel"}),
+        "failed, effect unknown": (f.with_unknown_effect(states.FAIL), fact | {"cancel"}),
+        "indeterminate, idempotent": (f.indeterminate("ui.charge"), fact | {"give-up", "cancel"}),
+        "indeterminate, at most once": (
+            f.indeterminate("ui.notify"),
+            fact - {"retry-same-key"} | {"give-up", "cancel"},
+        ),
+    }
+    cancelled = f.indeterminate("ui.charge")
+    store.operator_action(
+        cancelled.pk, action="cancel", expected_version=cancelled.version, actor="a", reason="r"
+    )
+    table["cancelled, effect unknown"] = (cancelled, set())
+    for what, (job, expected) in table.items():
+        assert offered_keys(op_client, job) == expected, what
+        for spec in actions.ACTIONS:
+            if spec.key not in expected:
+                assert op_client.get(confirm_url(job, spec.key)).status_code == 400, (what, spec)
+
+
+def test_an_action_that_does_not_apply_says_why_in_plain_words(op_client: Client) -> None:
+    job = f.indeterminate("ui.charge")
+    before = f.state_of(job)
+    r = op_client.get(confirm_url(job, "retry"))
+    text = r.content.decode()
+    assert r.status_code == 400
+    assert "this indeterminate idempotent job may have applied an effect" in text
+    assert "state the fact you verified" in text and "a indeterminate" not in text
+    assert act(op_client, job, "retry").status_code == 400
+    plain = f.failed("ui.notify")
+    text = op_client.get(confirm_url(plain, "resolve-applied")).content.decode()
+    assert "states a fact about an unknown outcome; this failed at_most_once job has none" in text
+    text = op_client.get(confirm_url(f.succeeded(), "cancel")).content.decode()
+    assert "does not apply to a succeeded at_least_once job" in text
+    assert f.state_of(job) == before
+
+
+# --- facts name their effects -----------------------------------------------------------------
+
+
+def test_the_dialog_lists_each_unsettled_effect_with_its_own_box(op_client: Client) -> None:
+    two = f.indeterminate("ui.charge", effects=("charge", "receipt"))
+    Effect.objects.filter(job=two, name="receipt").update(note="smtp timeout after DATA")
+    page = op_client.get(confirm_url(two, "retry-not-applied")).content.decode()
+    for e in Effect.objects.filter(job=two):
+        assert f'name="effects" value="{e.name}" id=' in page
+        assert e.key in page
+    assert "I verified this effect did not happen" in page
+    assert "smtp timeout after DATA" in page and "in doubt" in page
+    assert " checked" not in page.split('id="effects"')[1].split("</fieldset>")[0]
+    page = op_client.get(confirm_url(two, "resolve-applied")).content.decode()
+    assert "I verified this effect happened" in page and "(every one must be)" in page
+    # With one effect in question its box is ticked already; same key states no fact.
+    one = f.indeterminate("ui.charge")
+    page = op_client.get(confirm_url(one, "retry-not-applied")).content.decode()
+    assert 'name="effects" value="charge" id="id_effect_1" checked' in page
+    page = op_client.get(confirm_url(one, "retry-same-key")).content.decode()
+    assert 'name="effects"' not in page and Effect.objects.get(job=one).key in page
+
+
+def test_a_fact_names_one_effect_and_leaves_another_unknown(op_client: Client) -> None:
+    job = f.indeterminate("ui.charge", effects=("charge", "receipt"))
+    before = snapshot()
+    # Nothing ticked: nothing was verified, so nothing changes.
+    r = act(op_client, job, "retry-not-applied")
+    assert r.status_code == 400 and "Tick each effect you verified." in r.content.decode()
+    # A stale page is the store's 409 before any question about the boxes.
+    assert act(op_client, job, "retry-not-applied", version=job.version - 1).status_code == 409
+    assert snapshot() == before
+    r = act(op_client, job, "retry-not-applied", effects=["charge"], reason="no charge at psp")
+    assert r.status_code == 303
+    assert f.state_of(job)[0] == "waiting"
+    ledger = {e.name: (e.state, e.in_doubt) for e in Effect.objects.filter(job=job)}
+    assert ledger == {"charge": ("not_applied", False), "receipt": ("unknown", True)}
+    audit = AuditEntry.objects.get(job=job)
+    assert audit.verified == "not_applied" and audit.detail["effects"] == ["charge"]
+    fact = EffectEvent.objects.get(effect__job=job, event=EffectEvent.OPERATOR)
+    assert (fact.effect.name, fact.actor, fact.note) == ("charge", "olivia", "no charge at psp")
+
+
+def test_a_resolve_that_leaves_an_effect_unknown_is_refused(op_client: Client) -> None:
+    job = f.indeterminate("ui.charge", effects=("charge", "receipt"))
+    before = snapshot()
+    r = act(op_client, job, "resolve-applied", effects=["charge"])
+    text = r.content.decode()
+    assert r.status_code == 400 and "Refused" in text
+    assert "receipt would stay unknown in a succeeded job" in text
+    assert snapshot() == before
+    assert act(op_client, job, "resolve-applied", effects=["charge", "receipt"]).status_code == 303
+    assert f.state_of(job)[0] == "succeeded"
+    assert set(Effect.objects.filter(job=job).values_list("state", flat=True)) == {"applied"}
+    assert AuditEntry.objects.get(job=job).detail["effects"] == ["charge", "receipt"]
+
+
+def test_a_fact_about_an_effect_not_in_question_is_refused(op_client: Client) -> None:
+    job = f.indeterminate("ui.charge")
+    before = snapshot()
+    r = act(op_client, job, "retry-not-applied", effects=["refund"])
+    assert r.status_code == 400 and "is not awaiting a fact" in r.content.decode()
+    r = act(op_client, job, "retry-same-key", effects=["charge"])
+    assert r.status_code == 400 and "records no fact about effects" in r.content.decode()
+    assert snapshot() == before
+
+
+# --- an earlier owner that may still be in flight ---------------------------------------------
+
+
+def test_not_applied_retry_with_an_owner_in_flight_needs_the_acknowledgment(
+    op_client: Client,
+) -> None:
+    job = f.reaped("ui.short_notify")
+    page = op_client.get(confirm_url(job, "retry-not-applied")).content.decode()
+    assert f'data-owner="{f.OWNER}"' in page and "not known to have stopped" in page
+    assert "If it is paused between its check and its send, it will send when it resumes" in page
+    assert "only a destination that checks the fencing token closes this window" in page
+    assert 'name="accept_in_flight"' in page
+    before = snapshot()
+    r = act(op_client, job, "retry-not-applied", effects=["charge"])
+    text = r.content.decode()
+    assert r.status_code == 400 and "may still be in flight" in text and f.OWNER in text
+    assert snapshot() == before
+    r = act(op_client, job, "retry-not-applied", effects=["charge"], accept_in_flight="on")
+    assert r.status_code == 303
+    assert f.state_of(job)[0] == "waiting"
+    assert Effect.objects.get(job=job).state == "not_applied"
+    detail = AuditEntry.objects.get(job=job).detail
+    assert detail["in_flight_owners"] == [f.OWNER] and detail["accepted_in_flight"] is True
+    assert detail["effects"] == ["charge"]
+
+
+def test_same_key_retry_and_resolve_warn_of_an_owner_in_flight_without_a_second_box(
+    op_client: Client,
+) -> None:
+    job = f.reaped("ui.short_charge")
+    for key in ("retry-same-key", "resolve-applied", "give-up", "cancel"):
+        page = op_client.get(confirm_url(job, key)).content.decode()
+        assert f'data-owner="{f.OWNER}"' in page, key
+        assert "it will send when it resumes" in page, key
+        assert 'name="accept_in_flight"' not in page, key
+    assert act(op_client, job, "retry-same-key").status_code == 303
+    assert f.state_of(job)[0] == "waiting"
+    detail = AuditEntry.objects.get(job=job).detail
+    assert detail["in_flight_owners"] == [f.OWNER] and detail["accepted_in_flight"] is False
+
+
+def test_an_owner_known_to_have_stopped_needs_no_acknowledgment(op_client: Client) -> None:
+    job = f.reaped("ui.short_notify", stopped=True)
+    page = op_client.get(confirm_url(job, "retry-not-applied")).content.decode()
+    assert 'id="in-flight"' not in page and 'name="accept_in_flight"' not in page
+    html = op_client.get(detail_url(job)).content.decode()
+    assert "yes: its executor recorded its stop" in html and 'id="in-flight"' not in html
+    assert act(op_client, job, "retry-not-applied", effects=["charge"]).status_code == 303
+    assert AuditEntry.objects.get(job=job).detail["in_flight_owners"] == []
+
+
+def test_job_page_shows_the_last_owner_and_whether_it_is_known_gone(op_client: Client) -> None:
+    job = f.reaped("ui.short_notify")
+    html = op_client.get(detail_url(job)).content.decode()
+    owner = html.split('id="owner"')[1].split("</section>")[0]
+    assert f.OWNER in owner and "Reaped" in owner and "Executor's own last beat" in owner
+    assert "no: not known to have stopped" in owner
+    assert f'data-owner="{f.OWNER}"' in owner and "it will send when it resumes" in owner
+    running, _ = f.running()
+    owner = op_client.get(detail_url(running)).content.decode().split('id="owner"')[1]
+    assert f.EXECUTOR in owner and "no: it holds the lease" in owner
+    assert 'id="in-flight"' not in owner.split("</section>")[0]
+    assert 'id="owner"' not in op_client.get(detail_url(f.enqueue())).content.decode()
+
+
+# --- the ledger's history ---------------------------------------------------------------------
+
+
+def test_job_page_shows_each_effects_history_and_an_in_doubt_badge(op_client: Client) -> None:
+    job = f.indeterminate("ui.charge")  # intent, then the attempt ended without an outcome
+    r = act(op_client, job, "retry-same-key", reason="provider keeps keys 24 h")
+    assert r.status_code == 303
+    job.refresh_from_db()
+    lease = f.claim(job)
+    eff = store.effect_intend(lease, "charge")  # in doubt: the earlier outcome is unknown
+    store.effect_settle(lease, eff.key, Effect.NOT_APPLIED, note="connection refused")
+    html = op_client.get(detail_url(job)).content.decode()
+    row = html.split('data-effect="charge"')[1].split("</tbody>")[0]
+    assert '<span class="badge in-doubt"' in row
+    events = [e.split('"')[0] for e in row.split('data-event="')[1:]]
+    assert events == ["intended", "left_unsettled", "intended", "not_sent"]
+    # Sticky: the later attempt sent nothing, yet the effect stays unknown and in doubt.
+    last = row.split('data-event="not_sent"')[1]
+    assert "effect-unknown" in last and '<strong class="warn-text">yes</strong>' in last
+    assert "sent nothing, but an earlier outcome is still unknown" in last
+    assert f'<td class="num small">{lease.fence}</td>' in last
+    store.finish(lease, Decision(transition=states.PARK, reason="x"), outcome="indeterminate")
+    job.refresh_from_db()
+    r = act(op_client, job, "retry-not-applied", effects=["charge"], reason="psp: no charge")
+    assert r.status_code == 303
+    row = op_client.get(detail_url(job)).content.decode().split('data-effect="charge"')[1]
+    row = row.split("</tbody>")[0]
+    assert '<span class="badge in-doubt"' not in row.split('<tr class="history">')[0]
+    fact = row.split('data-event="operator"')[1].split("</tr>")[0]
+    assert "olivia" in fact and "psp: no charge" in fact and "effect-not_applied" in fact
 
 
 def test_unknown_action_or_job_is_404(op_client: Client) -> None:
@@ -318,7 +579,6 @@ def test_audit_rows_equal_state_changes(op_client: Client) -> None:
 
 def test_state_change_and_audit_row_commit_together(op_client: Client, monkeypatch: Any) -> None:
     """A crash between the state change and its audit row leaves neither (fault 38)."""
-    from scheduler_core import store
 
     class Crash(RuntimeError):
         pass
@@ -333,7 +593,7 @@ def test_state_change_and_audit_row_commit_together(op_client: Client, monkeypat
     before = snapshot()
     monkeypatch.setattr(store, "AuditEntry", NoAudit)
     with pytest.raises(Crash):
-        act(op_client, job, "resolve-applied")
+        act(op_client, job, "resolve-applied", effects="charge")
     assert snapshot() == before  # the job and its ledger kept their state
 
 
@@ -426,6 +686,7 @@ def test_overview_counts_each_category(op_client: Client) -> None:
         "waiting_scheduled": f.scheduled(),
         "waiting_backing_off": f.backing_off(),
         "running": f.running()[0],
+        "overrunning": f.overrunning(),
         "failing_repeatedly": f.backing_off(attempts=3),
         "stuck": f.stuck(),
         "indeterminate": f.indeterminate(),
@@ -441,6 +702,7 @@ def test_overview_counts_each_category(op_client: Client) -> None:
         "waiting_scheduled": 1,
         "waiting_backing_off": 2,
         "running": 1,
+        "overrunning": 1,
         "abandoned": 0,
         "failing_repeatedly": 1,
         "stuck": 1,
@@ -451,12 +713,13 @@ def test_overview_counts_each_category(op_client: Client) -> None:
     html = r.content.decode()
     for key in cards:
         assert f'data-category="{key}"' in html
+    # Each card lists what it counts: the overrunning card's link finds the overrunning job.
+    listed = op_client.get(reverse("admin_ui:job_list"), {"health": "overrunning"})
+    assert [j.pk for j in listed.context["page"].jobs] == [made["overrunning"].pk]
     assert "billing" in html and "ui.charge" in html and "idempotent" in html
 
 
 def test_overview_lists_live_executors_and_their_leases(op_client: Client) -> None:
-    from scheduler_core import store
-
     store.executor_started(f.EXECUTOR, transport="polling", queues=["default"], concurrency=2)
     job, _ = f.running()
     html = op_client.get(reverse("admin_ui:overview")).content.decode()
@@ -595,7 +858,6 @@ def test_bulk_count_changed_by_an_executor_gets_409(op_client: Client) -> None:
 
 
 def test_bulk_action_is_all_or_nothing(db: Any) -> None:
-    from scheduler_core import store
     from scheduler_core.exceptions import ActionRefused
 
     f.failed("ui.notify")
