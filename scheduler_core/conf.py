@@ -52,9 +52,11 @@ class TenureSettings:
     the claim, as duplicates are (:mod:`scheduler_core.chain`)."""
     CELERY_COMMIT_WINDOW: float = 0.05
     """Celery executor: within a chain, a successful completion may wait up to this many seconds
-    (plus the handler then running) to commit with the next ones in one statement; 0 commits
-    each on its own. A process killed meanwhile loses those completions: the jobs run again
-    once their leases expire. ``transactional`` jobs always commit with their handler."""
+    to commit with the next ones in one statement; once they have passed, the pool process's
+    warden writes it even while a later handler runs (on SQLite a ``transactional`` handler
+    delays it until it ends). 0 commits each on its own. A process killed meanwhile loses those
+    completions: the jobs run again once their leases expire. ``transactional`` jobs always
+    commit with their handler."""
     CELERY_QUEUED_HOLD_SECONDS: float = 2.0
     """Celery executor: jobs a chain claimed for its batch wait in the pool process while the
     job before them runs; once that handler has run this long they are given back (waiting

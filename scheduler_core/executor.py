@@ -220,6 +220,75 @@ def _complete_read_back(
             time.sleep(0.2 * 2**n)
 
 
+def commit_and_read_back(
+    fn: Callable[[], int | None],
+    *,
+    landed: Callable[[], bool],
+    xid_from_fn: bool = False,
+    tries: int = 3,
+    patience: float = 30.0,
+) -> None:
+    """Run ``fn`` in one transaction and commit it; return once the commit is known to have
+    landed, and raise the database's error once every try is known to have rolled back or
+    when that cannot be told within ``patience`` seconds.
+
+    For transactions whose outcome is not one attempt's completion (a Celery chain's batch of
+    completions with the claims made in the same statement, or a claim alone): what the
+    caller learned from ``fn``'s statements stands only when this returns. When the
+    connection breaks after ``fn`` returned, the outcome is read back: on PostgreSQL by the
+    transaction's id (taken first, or returned by ``fn`` with ``xid_from_fn``) and
+    ``txid_status``, waiting while the server says it is in progress; elsewhere ``landed``
+    reads a row the transaction wrote. A break before ``fn`` returned sent no ``COMMIT``: that
+    try rolled back and is made again. ``in_commit`` is the failpoint between the writes and
+    ``COMMIT``.
+    """
+
+    def decided(xid: int | None) -> str:
+        deadline = time.monotonic() + patience
+        delay = 0.05
+        while True:
+            try:
+                if xid is None:
+                    return "committed" if landed() else "aborted"
+                with db_connection.cursor() as cur:
+                    cur.execute("SELECT txid_status(%s)", [xid])
+                    status = cur.fetchone()[0]
+                if status == "in progress":
+                    raise _Undecided
+                # None: the server no longer knows the transaction, too old to tell.
+                return str(status) if status in ("committed", "aborted") else "unknown"
+            except (OperationalError, InterfaceError, _Undecided) as e:
+                log.info("transaction %s: reading the outcome back: %r; asking again", xid, e)
+                db_connection.close()
+                if time.monotonic() > deadline:
+                    return "unknown"
+                time.sleep(delay)
+                delay = min(1.0, delay * 2)
+
+    for n in range(tries):
+        xid: list[int] = []
+        written = False
+        try:
+            with transaction.atomic():
+                if not xid_from_fn:
+                    xid.extend(_xid())
+                got = fn()
+                if xid_from_fn and got is not None:
+                    xid.append(got)
+                written = True
+                failpoints.hit("in_commit")
+            return
+        except (OperationalError, InterfaceError):
+            db_connection.close()
+            verdict = decided(xid[0] if xid else None) if written else "aborted"
+            log.warning("connection lost at commit; read back: %s", verdict)
+            if verdict == "committed":
+                return
+            if verdict == "unknown" or n == tries - 1:
+                raise
+            time.sleep(0.2 * 2**n)
+
+
 def _xid() -> list[int]:
     """This transaction's id on PostgreSQL (assigned now; the completion writes anyway)."""
     if db_connection.vendor != "postgresql":

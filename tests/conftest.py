@@ -132,6 +132,41 @@ def commit_breaks(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture
+def commit_reply_lost(monkeypatch: pytest.MonkeyPatch) -> Callable[[], None]:
+    """``arm()``: the next transaction this thread's connection makes durable really commits,
+    and then its reply is lost: ``OperationalError``, as when the connection breaks after the
+    server committed. On PostgreSQL a claim or completion statement run outside a transaction
+    (autocommit) is its own commit and counts too. Fires once per ``arm()``."""
+    from django.db import OperationalError, connections
+
+    from scheduler_core import store
+
+    conn = connections["default"]
+    armed: list[bool] = []
+    real_commit = conn.commit
+    real_rows = store._pg_rows
+
+    def lose_reply() -> None:
+        armed.clear()
+        raise OperationalError("connection lost after COMMIT landed (test)")
+
+    def commit() -> None:
+        real_commit()
+        if armed:
+            lose_reply()
+
+    def rows(sql: str, params: Any) -> list[Any]:
+        got = real_rows(sql, params)
+        if armed and connections["default"] is conn and not conn.in_atomic_block:
+            lose_reply()
+        return got
+
+    monkeypatch.setattr(conn, "commit", commit)
+    monkeypatch.setattr(store, "_pg_rows", rows)
+    return lambda: armed.append(True)
+
+
+@pytest.fixture
 def celery_task_process() -> Iterator[Any]:
     """The Celery transport's module, to call its task in this process; afterwards the
     process-wide heartbeat thread it started is stopped (it holds a database connection)."""

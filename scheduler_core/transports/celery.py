@@ -16,11 +16,20 @@ message, their successful completions committed together (:mod:`scheduler_core.c
 taken this way is claimed like any other; its own message, arriving later, is dropped: without
 a query when this process saw the job's completion commit, else at a claim that finds it
 leased or finished.
+
+A warm shutdown (SIGTERM to the worker) lets each pool process finish its task, and the task's
+chain stops claiming: the worker's main process sets a flag in memory it shares with the pool
+processes (created at import, before the pool forks), which a chain reads before every claim;
+a pool process whose parent is gone stops claiming too. The jobs a chain had claimed and not
+started are given back, and a hint that reaches a pool process after that is dropped unclaimed
+(the dispatcher sends it again).
 """
 
 from __future__ import annotations
 
+import ctypes
 import logging
+import multiprocessing
 import os
 import threading
 import time
@@ -28,7 +37,7 @@ from collections import deque
 from typing import Any
 
 from celery import shared_task
-from celery.signals import worker_process_shutdown
+from celery.signals import worker_process_shutdown, worker_shutting_down
 from django.db import DatabaseError
 from django.db import connection as db_connection
 
@@ -40,6 +49,10 @@ TASK_NAME = "tenure.run"
 
 _state: dict[str, Any] = {}
 _lock = threading.Lock()
+
+_shutting_down = multiprocessing.RawValue(ctypes.c_bool, False)
+"""Set in the worker's main process when it begins to shut down; the pool processes forked
+from it share this memory, so their chains see it before their next claim."""
 
 
 class _Recent:
@@ -84,8 +97,21 @@ def _process_executor() -> tuple[str, executor.Heartbeater]:
             store.executor_started(executor_id, transport="celery", queues=["*"], concurrency=1)
             hb = executor.Heartbeater(executor_id)
             hb.start()
-            _state.update(pid=os.getpid(), id=executor_id, hb=hb)
+            _state.update(pid=os.getpid(), ppid=os.getppid(), id=executor_id, hb=hb)
         return _state["id"], _state["hb"]
+
+
+@worker_shutting_down.connect  # type: ignore[untyped-decorator]
+def _worker_shutting_down(**_: Any) -> None:
+    """The worker's main process received a shutdown signal: the pool's chains stop claiming."""
+    _shutting_down.value = True
+
+
+def stopping() -> bool:
+    """Whether this pool process should claim nothing more: its worker is shutting down, or
+    the process that forked it is gone (it would be reparented)."""
+    ppid = _state.get("ppid")
+    return bool(_shutting_down.value) or (ppid is not None and os.getppid() != ppid)
 
 
 @worker_process_shutdown.connect  # type: ignore[untyped-decorator]
@@ -112,6 +138,10 @@ def run_job(job_id: Any) -> str:
         log.info("dropped hint for job %s: it succeeded in this process", job_id)
         store.log_event("hint_dropped", job=job_id)
         return "dropped"
+    if stopping():
+        log.info("dropped hint for job %s: this worker is shutting down", job_id)
+        store.log_event("hint_dropped", job=job_id)
+        return "dropped"
     leases = store.claim(executor=executor_id, job_id=job_id, limit=1)
     if not leases:
         log.info("dropped hint for job %s: unknown, not waiting, or not yet due", job_id)
@@ -123,6 +153,7 @@ def run_job(job_id: Any) -> str:
         heartbeater=hb,
         seconds=conf.get().CELERY_CHAIN_SECONDS,
         window=conf.get().CELERY_COMMIT_WINDOW,
+        stopping=stopping,
     )
     try:
         return run.run(leases[0])
