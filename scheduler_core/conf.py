@@ -41,6 +41,14 @@ class TenureSettings:
     """Heartbeats are sent every ``lease_seconds * HEARTBEAT_FRACTION``."""
     POLL_INTERVAL: float = 0.5
     """Broker-less executor: seconds between polls when no wake-up arrives."""
+    CLAIM_FLOOR_MARGIN_SECONDS: float = 2.0
+    """PostgreSQL: a process's claims of a queue seek to just below the oldest due time it last
+    claimed there, less this margin, so a job whose enqueue committed up to this late is still
+    read in order (``store.ClaimFloors``)."""
+    CLAIM_FULL_SCAN_SECONDS: float = 5.0
+    """PostgreSQL: however its floors stand, a process reads each queue's claim index from the
+    start at least this often (a job below the floors, left by a claim rolled back elsewhere,
+    waits at most this long)."""
     SHUTDOWN_GRACE_SECONDS: float = 10.0
     """On SIGTERM an executor stops claiming and waits this long before releasing its jobs."""
     SWEEP_INTERVAL: float = 1.0

@@ -947,7 +947,11 @@ class _Listener:
                     delay = 0.5
                     while not self._stop.is_set():
                         for n in conn.notifies(timeout=1.0):
-                            if n.payload in self.queues:
+                            woken = store.read_wakeup(n.payload)
+                            if woken is not None and woken[0] in self.queues:
+                                # The claim floors learn where the job stands, so the next
+                                # claim's seek reaches it.
+                                store.FLOORS.woken(*woken)
                                 self.wake.set()
             except Exception as e:  # reconnect with backoff; polling still runs meanwhile
                 log.debug("listener reconnecting after %s", e)

@@ -29,10 +29,14 @@ def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
 
 @pytest.fixture(autouse=True)
 def _tenure_test_settings(settings: Any) -> None:
-    """Fast, broker-less defaults; tests that need more set them explicitly."""
+    """Fast, broker-less defaults; tests that need more set them explicitly. Each test starts
+    with no claim floors: the database it left them for was emptied."""
+    from scheduler_core import store
+
     settings.TENURE_TRANSPORT = "polling"
     settings.TENURE_REAP_GRACE_SECONDS = 0.0
     settings.TENURE_POLL_INTERVAL = 0.05
+    store.FLOORS.forget()
 
 
 @pytest.fixture

@@ -1,14 +1,19 @@
 """The claim walks the claim index in order and stops at the first due rows: its cost does not
-grow with the backlog. Several queues are claimed in the same global order as one."""
+grow with the backlog, nor (from its floors) with the entries a held snapshot keeps in the
+index. Several queues are claimed in the same global order as one."""
 
 from __future__ import annotations
 
+import datetime as dt
+import time
 from typing import Any
 
+import psycopg
 import pytest
 from django.db import connection, transaction
 
-from scheduler_core import job, store
+from scheduler_core import conf, job, store
+from scheduler_core.dbclock import db_now
 from scheduler_core.models import Job
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -34,16 +39,24 @@ def _plan(sql: str, params: list[Any]) -> str:
     return plan
 
 
+def _claim_statement(queues: list[str], *, floors: bool, limit: int = 1) -> tuple[str, list[Any]]:
+    shape = store._claim_shape(by_id=False, nqueues=len(queues), floors=floors)
+    seeks = [(q, 0, db_now() - dt.timedelta(seconds=60)) for q in queues] if floors else []
+    sql = f"WITH {store._claim_ctes(shape)} SELECT * FROM got"
+    return sql, store._claim_params(shape, executor=EXEC, queues=queues, limit=limit, seeks=seeks)
+
+
 @pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL's planner")
+@pytest.mark.parametrize("floors", [False, True], ids=["from-the-start", "from-the-floors"])
 @pytest.mark.parametrize("queues", [["plan_a"], ["plan_a", "plan_b"]])
-def test_the_claim_reads_the_index_in_order_whatever_the_backlog(queues: list[str]) -> None:
+def test_the_claim_reads_the_index_in_order_whatever_the_backlog(
+    queues: list[str], floors: bool
+) -> None:
     in_a.enqueue_many([{"n": i} for i in range(5000)])
     in_b.enqueue_many([{"n": i} for i in range(5000)])
     with connection.cursor() as cur:
         cur.execute("ANALYZE tenure_job")
-    sql = store._claim_sql("postgresql", by_id=False, nqueues=len(queues))
-    params = store._claim_params(executor=EXEC, queues=queues, limit=1, job_id=None)
-    plan = _plan(sql, params)
+    plan = _plan(*_claim_statement(queues, floors=floors))
     # A sort of every waiting job (what `queue = ANY(...)` planned) is what this rules out.
     assert "tenure_job_claim" in plan, plan
     assert "Seq Scan on tenure_job" not in plan, plan
@@ -64,9 +77,10 @@ def test_claimed_and_completed_rows_are_found_by_key_when_statistics_are_stale()
         cur.execute("ANALYZE tenure_job")
     in_a.enqueue_many([{"n": i} for i in range(3000)])
     [lease] = store.claim(executor=EXEC, queues=["plan_a"], limit=1)
-    sql = store._complete_many_sql(1)
+    shape = store._claim_shape(by_id=False, nqueues=1, floors=False)
+    sql = store._complete_many_sql(shape)
     params = [
-        *store._claim_params(executor=EXEC, queues=["plan_a"], limit=8, job_id=None),
+        *store._claim_params(shape, executor=EXEC, queues=["plan_a"], limit=8),
         *store._complete_params([lease]),
     ]
     plan = _plan(sql, params)
@@ -103,3 +117,105 @@ def test_executor_connections_plan_the_prepared_statements_once() -> None:
     for _ in range(7):  # past the five custom plans PostgreSQL would otherwise try first
         [_lease] = store.claim(executor=EXEC, queues=["plan_a"], limit=1)
     assert Job.objects.filter(state="leased").count() == 7
+
+
+def _claim_index_buffers(sql: str, params: list[Any]) -> int:
+    """Shared buffers the statement's reads of the claim index touched (``EXPLAIN (ANALYZE,
+    BUFFERS)``: index and rows visited), rolled back."""
+    with transaction.atomic(), connection.cursor() as cur:
+        cur.execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + sql, params)
+        plan = cur.fetchone()[0]
+        transaction.set_rollback(True)
+
+    def walk(node: dict[str, Any]) -> int:
+        own = 0
+        if node.get("Index Name") == "tenure_job_claim":
+            own = int(node.get("Shared Hit Blocks", 0)) + int(node.get("Shared Read Blocks", 0))
+        return own + sum(walk(child) for child in node.get("Plans", []))
+
+    return walk((plan[0] if isinstance(plan, list) else plan)["Plan"])
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL's visibility rules")
+def test_a_claim_seeks_past_the_entries_a_held_snapshot_keeps() -> None:
+    """A session holding one snapshot (a long report, a forgotten REPEATABLE READ) keeps the
+    claim index's entries of every job leased since: the claim from the start visits each
+    one, the claim from its floors seeks past them."""
+    s = connection.settings_dict
+    reader = psycopg.connect(
+        host=s["HOST"], port=s["PORT"], user=s["USER"], dbname=s["NAME"], autocommit=False
+    )
+    try:
+        reader.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+        reader.execute("SELECT count(*) FROM tenure_job").fetchone()
+        in_a.enqueue_many([{"n": i} for i in range(3000)])
+        while got := store.claim(executor=EXEC, queues=["plan_a"], limit=100):
+            for lease in got:
+                store.complete(lease)
+        floor = db_now()
+        in_a.enqueue_many([{"n": i} for i in range(10)])
+        shape = store._claim_shape(by_id=False, nqueues=1, floors=True)
+        seek = f"WITH {store._claim_ctes(shape)} SELECT * FROM got"
+        seek_params = store._claim_params(
+            shape, executor=EXEC, queues=["plan_a"], limit=1, seeks=[("plan_a", 0, floor)]
+        )
+        from_start, from_floor = (
+            _claim_index_buffers(*_claim_statement(["plan_a"], floors=False)),
+            _claim_index_buffers(seek, seek_params),
+        )
+        assert from_start > 10 * from_floor, (from_start, from_floor)
+        assert from_floor <= 10, from_floor
+    finally:
+        reader.close()
+
+
+def test_floors_follow_claims_and_wakeups_and_yield_to_a_full_read_when_due() -> None:
+    """Claims raise a floor, wake-ups lower it or add a priority; a full read comes first,
+    after a short claim while the last full read was cut off, and every full-read interval."""
+    floors = store.ClaimFloors()
+    margin = dt.timedelta(seconds=conf.get().CLAIM_FLOOR_MARGIN_SECONDS)
+    every = conf.get().CLAIM_FULL_SCAN_SECONDS
+    assert floors.seeks(["q"], now=0.0) == []  # never read: a full read first
+    t = db_now()
+
+    def lease(priority: int, due: dt.datetime) -> store.Lease:
+        return store.Lease(
+            job_id=1, fence=1, attempt=1, attempt_id=1, kind="run", name="x", queue="q",
+            payload={}, lease_seconds=30, effect="at_least_once", max_attempts=1,
+            created_at=t, executor=EXEC, priority=priority, due_at=due,
+        )  # fmt: skip
+
+    floors.learn(["q"], [lease(0, t)], limit=8, full=True, now=0.0)  # short: saw everything
+    assert floors.seeks(["q"], now=1.0) == [("q", 0, t - margin)]
+    floors.woken("q", 0, t - dt.timedelta(minutes=5))  # an enqueue that committed late
+    floors.woken("q", 9, t)  # a priority not seen yet
+    assert floors.seeks(["q"], now=1.0) == [
+        ("q", 0, t - dt.timedelta(minutes=5) - margin),
+        ("q", 9, t - margin),
+    ]
+    floors.learn(["q"], [lease(0, t), lease(9, t)], limit=2, full=False, now=1.5)
+    assert floors.seeks(["q"], now=1.5) == [("q", 0, t - margin), ("q", 9, t - margin)]
+    # A full read cut off by its limit may have left priorities unseen: once a claim from the
+    # floors comes up short, the next reads from the start.
+    floors.learn(["q"], [lease(9, t)], limit=1, full=True, now=2.0)
+    floors.learn(["q"], [], limit=1, full=False, now=2.1)
+    assert floors.seeks(["q"], now=2.2) == []
+    floors.learn(["q"], [], limit=1, full=True, now=3.0)
+    assert floors.seeks(["q"], now=3.0 + every - 0.1) != []
+    assert floors.seeks(["q"], now=3.0 + every) == []
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="claim floors are PostgreSQL's")
+def test_a_job_enqueued_behind_the_floors_is_claimed_after_its_wakeup() -> None:
+    """An enqueue that commits late (its due time already below the floors) and a job of a
+    higher priority are taken by the very next claim: their wake-ups call for a full read."""
+    in_a.enqueue_many([{"n": i} for i in range(5)])
+    assert len(store.claim(executor=EXEC, queues=["plan_a"], limit=5)) == 5
+    assert store.FLOORS.seeks(["plan_a"], now=time.monotonic()) != []
+    late = in_a.enqueue(n=99, run_at=db_now() - dt.timedelta(minutes=5))
+    [got] = store.claim(executor=EXEC, queues=["plan_a"], limit=1)
+    assert got.job_id == late.pk
+    urgent = in_a.enqueue(n=100, priority=9)
+    in_a.enqueue(n=101)
+    [got] = store.claim(executor=EXEC, queues=["plan_a"], limit=1)
+    assert got.job_id == urgent.pk
