@@ -56,9 +56,11 @@ def _call(
     headers: dict[str, str],
     body: dict[str, Any] | None,
     timeout: float,
+    base_url: str = "",
 ) -> dict[str, Any]:
-    """One HTTP request to the provider, its failures classified (see the module docstring)."""
-    url = urlparse(pay_url())
+    """One HTTP request to the provider (at ``base_url``, default :func:`pay_url`), its
+    failures classified (see the module docstring)."""
+    url = urlparse(base_url.rstrip("/") or pay_url())
     conn = http.client.HTTPConnection(url.hostname or "127.0.0.1", url.port or 80, timeout=timeout)
     try:
         try:
@@ -108,12 +110,55 @@ def _slow(slow_reply: float) -> dict[str, str]:
     return {"X-Demo-Slow-Reply": str(slow_reply)} if slow_reply > 0 else {}
 
 
-def charge(
-    ctx: Any, *, key: str, fence: int, body: dict[str, Any], timeout: float, slow_reply: float
-) -> dict[str, Any]:
-    """Idempotent, fenced charge: ``key`` as the idempotency key, ``fence`` as the token."""
+def _charge_headers(key: str, fence: int, slow_reply: float, unavailable: bool) -> dict[str, str]:
     headers = {"Idempotency-Key": key, "Fencing-Token": str(fence), **_slow(slow_reply)}
-    return _call(ctx, "POST", "/demo/pay/charge/", headers=headers, body=body, timeout=timeout)
+    if unavailable:
+        headers["X-Demo-Unavailable"] = "1"
+    return headers
+
+
+def charge(
+    ctx: Any,
+    *,
+    key: str,
+    fence: int,
+    body: dict[str, Any],
+    timeout: float,
+    slow_reply: float,
+    unavailable: bool = False,
+    base_url: str = "",
+) -> dict[str, Any]:
+    """Idempotent, fenced charge: ``key`` as the idempotency key, ``fence`` as the token.
+
+    For fault tests, ``unavailable`` asks the provider to answer 503 without applying anything,
+    and ``base_url`` sends the request elsewhere than :func:`pay_url` (an address where
+    nothing listens: the connection is refused)."""
+    headers = _charge_headers(key, fence, slow_reply, unavailable)
+    return _call(
+        ctx,
+        "POST",
+        "/demo/pay/charge/",
+        headers=headers,
+        body=body,
+        timeout=timeout,
+        base_url=base_url,
+    )
+
+
+def second_charge(
+    ctx: Any,
+    *,
+    key: str,
+    fence: int,
+    body: dict[str, Any],
+    timeout: float,
+    slow_reply: float,
+    unavailable: bool = False,
+) -> dict[str, Any]:
+    """Idempotent, fenced charge at the second provider, which keeps keys of its own: ``key``
+    is deduplicated only against what the second provider itself received."""
+    headers = _charge_headers(key, fence, slow_reply, unavailable)
+    return _call(ctx, "POST", "/demo/pay2/charge/", headers=headers, body=body, timeout=timeout)
 
 
 def transfer(

@@ -4,6 +4,11 @@ These are the ground truth the effect tests count against. The payment provider 
 sink run as their own process (``manage.py run_destinations``) and share the database only for
 convenience; the job database's ledger (:class:`LedgerEntry`) is the transactional mode's
 destination and belongs to the job database by design.
+
+The second payment provider (``/demo/pay2/``, a fallback's destination) keeps its own keys,
+fencing tokens and charges (``SecondPayment*``, :class:`SecondCharge`): it cannot know what
+the first provider did with a key, which is what a fallback that does not share the effect key
+means. Both providers log their requests in :class:`ProviderRequest`, by endpoint name.
 """
 
 from __future__ import annotations
@@ -27,8 +32,23 @@ class PaymentFence(FencedKeyBase):
         db_table = "demo_payment_fence"
 
 
+class SecondPaymentKey(IdempotencyRecordBase):
+    """The second payment provider's idempotency keys: its own, blind to the first's."""
+
+    class Meta:
+        db_table = "demo_pay2_key"
+
+
+class SecondPaymentFence(FencedKeyBase):
+    """The second payment provider's highest fencing token per payment key."""
+
+    class Meta:
+        db_table = "demo_pay2_fence"
+
+
 class ProviderRequest(models.Model):
-    """Every request the payment provider received, and how it answered."""
+    """Every request the payment providers received (``endpoint`` names which), and how each
+    was answered."""
 
     endpoint = models.CharField(max_length=30)
     key = models.CharField(max_length=300, db_index=True)
@@ -59,6 +79,22 @@ class Charge(models.Model):
 
     def __str__(self) -> str:
         return f"charge {self.pk} {self.key} {self.cents}c"
+
+
+class SecondCharge(models.Model):
+    """One charge the second payment provider applied. No unique key: duplicates show."""
+
+    key = models.CharField(max_length=300, db_index=True)
+    fence = models.BigIntegerField()
+    invoice_id = models.BigIntegerField()
+    cents = models.BigIntegerField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        db_table = "demo_pay2_charge"
+
+    def __str__(self) -> str:
+        return f"second provider charge {self.pk} {self.key} {self.cents}c"
 
 
 class MailMessage(models.Model):

@@ -14,7 +14,18 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from .evidence import BROKER_SUFFIX, AttemptRow, Evidence, JobRow, load
+from scheduler_core.maintenance import BACKOFF_CAP_SECONDS
+
+from .evidence import (
+    BROKER_SUFFIX,
+    FALLBACK_TYPE,
+    UNTIMED_TYPE,
+    AttemptRow,
+    Evidence,
+    JobRow,
+    LedgerEvent,
+    load,
+)
 
 COMPLETIONS = frozenset({"succeeded", "reconciled_applied"})
 """Attempt outcomes that completed the job."""
@@ -23,9 +34,12 @@ PLANNED_TRANSIENT = "planned transient failure"
 PLANNED_PERMANENT = "planned permanent failure"
 NO_ANSWER = ("sent, no answer", "no acknowledgement after sending")
 """What the demo clients say when a request was sent and its answer never came."""
-MAINTENANCE_BACKOFF_CAP = 30.0
+NOTHING_SENT = ("nothing sent", "answered 503 unavailable")
+"""What the demo clients say when the destination turned a request away unseen."""
+MAINTENANCE_BACKOFF_CAP = BACKOFF_CAP_SECONDS
 """The longest a maintenance loop waits between rounds that fail because the database is
-unreachable (``scheduler_core.maintenance.Maintenance.run`` doubles its wait up to this)."""
+unreachable: ``Maintenance.run`` in ``scheduler_core/maintenance.py`` doubles its wait from
+0.5 s up to this, its own constant, so the bound judged is the one the loop keeps."""
 BROKER_RECONNECT = 20.0
 """Seconds a Celery worker may take to reconnect to a restarted broker, allowed on top of the
 dispatcher's re-send bound. Its reconnect attempts come 2 s, then 4 s, 6 s ... apart, and
@@ -51,6 +65,7 @@ TITLES = {
     "I10": "bad input refused or quarantined, nothing executed",
     "I11": "operator actions authorised, CSRF-checked, version-checked, audited",
     "I12": "no busy loop during outages",
+    "I13": "no job's effect applied at two destinations (fallback without the primary's key)",
 }
 
 
@@ -111,8 +126,9 @@ def jobs_section(ev: Evidence) -> tuple[dict[str, Any], dict[str, Any], dict[str
         if e.get("event") == "end" and e.get("outcome") == "succeeded" and e.get("job") in ev.jobs
     }
     completions_lost = sorted({job for job, fence in seen_done - db_done})
-    # Effects at a destination must belong to a job whose enqueue committed.
-    known_keys = {j.effect_key for j in ev.jobs.values() if j.effect_key}
+    # Effects at a destination must belong to a job whose enqueue committed: their keys are
+    # those of the committed jobs' ledger rows (an enqueue rolled back leaves none).
+    known_keys = {e.key for job_id in ev.jobs for e in ev.effects.get(job_id, [])}
     foreign = sorted(k for k in ev.applied if k not in known_keys and k.startswith("tenure-"))
     section = {
         "enqueued": len(first),
@@ -227,13 +243,15 @@ def stale_section(ev: Evidence) -> tuple[dict[str, Any], dict[str, Any], dict[st
             end = _grant_end(a)
             if nxt < end:
                 overlaps.append({"job": job_id, "fence": a.fence, "overlap_s": round(end - nxt, 3)})
-        for eff in ev.effects.get(job_id, []):
-            # The ledger row was last written by fence eff.fence; a later claim before that
-            # write means a superseded attempt wrote it (reconcile answers and operator
-            # decisions are written on the row's behalf and say so in the note).
-            newer = [b.claimed for b in rows if b.fence > eff.fence]
-            on_behalf = eff.note.startswith(("reconciled by attempt", "operator "))
-            if newer and min(newer) < eff.updated and not on_behalf:
+        for event in ev.ledger_history.get(job_id, []):
+            # Every ledger write made for an attempt carries its fence: one made after a newer
+            # fence was claimed was made by a superseded attempt. (An operator's fact carries
+            # none; a reconcile answer carries the reconcile attempt's own fence; the reaper
+            # marks an abandoned intent unknown before the next claim.)
+            if event.fence is None:
+                continue
+            newer = [b.claimed for b in rows if b.fence > event.fence]
+            if newer and min(newer) < event.at:
                 accepted["effect"] += 1
                 accepted_jobs.add(job_id)
     seen_refused: Counter[str] = Counter(
@@ -299,9 +317,11 @@ def effects_section(ev: Evidence) -> tuple[dict[str, Any], dict[str, Any]]:
     bad: list[int] = []
     problems: Counter[str] = Counter()
     for job in ev.jobs.values():
-        if not job.effect_key:
+        if not job.effect_name:
             continue
-        n = ev.applied.get(job.effect_key, 0)
+        # A job that never recorded its effect's intent has no key: nothing of it can be at a
+        # destination, and a succeeded job without one lacks its effect.
+        n = ev.applied.get(job.effect_key, 0) if job.effect_key else 0
         m = per_mode.setdefault(
             job.mode,
             {
@@ -421,6 +441,126 @@ def _resolution(ev: Evidence, job: JobRow, rows: list[AttemptRow], op: str | Non
 
 
 # ---------------------------------------------------------------------------------------------
+# A fallback to a destination that keeps its own keys (I13)
+# ---------------------------------------------------------------------------------------------
+
+
+def _turned_away(a: AttemptRow) -> bool:
+    """Whether attempt ``a`` ended because its destination turned the request away unseen."""
+    return a.error_class == "transient" and any(s in a.message for s in NOTHING_SENT)
+
+
+UNKNOWN_EVENTS = frozenset({"unknown", "left_unsettled"})
+"""Ledger events that leave an effect's outcome unknown: an attempt that sent and heard
+nothing, or an attempt that ended (killed, paused, cut off) between its intent and its
+outcome."""
+
+
+def _unknown_then_nothing_sent(history: list[LedgerEvent], primary: set[int]) -> LedgerEvent | None:
+    """The event that left the effect's outcome unknown in a primary attempt (fences
+    ``primary``) when the ledger later recorded an attempt that sent nothing, else None: the
+    case where forgetting the unknown would let an unshared fallback run."""
+    for i, e in enumerate(history):
+        if e.event in UNKNOWN_EVENTS and e.fence is not None and e.fence in primary:
+            if any(later.event == "not_sent" for later in history[i + 1 :]):
+                return e
+            return None
+    return None
+
+
+UNKNOWN_CAUSES = {
+    "unknown": "applied, then the reply timed out",
+    "left_unsettled": "attempt ended between intent and answer",
+}
+"""How the figures name what left an outcome unknown (:data:`UNKNOWN_EVENTS`)."""
+
+
+def fallback_section(ev: Evidence) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Jobs whose fallback charges at a second provider that keeps its own keys: at how many
+    destinations each one's effect was applied, by the destinations' own records.
+
+    The case that presses it: the first provider applies a charge and the caller's timeout
+    leaves its outcome unknown, then the next attempt is turned away with nothing sent. The
+    ledger must keep the outcome unknown, so the job never hands over to the fallback, whose
+    provider would charge again under keys of its own. Which jobs met that case is read from
+    the ledger's history (an ``unknown`` or ``left_unsettled`` event, then a ``not_sent``);
+    where their effects landed, from the destinations' records only.
+    """
+    fallback_jobs = [j for j in ev.jobs.values() if j.base_type == FALLBACK_TYPE]
+    if not fallback_jobs:
+        return {}, _verdict(None, "no job of this run falls back to a second destination")
+    ops = {o["job"] for o in ev.operator}
+    cases: Counter[str] = Counter()
+    scenario: list[int] = []
+    fell_back: list[int] = []
+    fell_back_after_unknown: list[int] = []
+    parked: list[int] = []
+    at: Counter[str] = Counter()
+    both: list[int] = []
+    turned_away_by: Counter[str] = Counter()
+    scenario_causes: Counter[str] = Counter()
+    scenario_away: Counter[str] = Counter()
+    for job in fallback_jobs:
+        cases[str(job.payload.get("case", "?"))] += 1
+        rows = ev.attempts_of(job.id)
+        for a in rows:
+            if a.kind == "run" and _turned_away(a):
+                turned_away_by["503" if "503" in a.message else "connection refused"] += 1
+        history = ev.ledger_history.get(job.id, [])
+        opened = _unknown_then_nothing_sent(history, {a.fence for a in rows if a.kind == "run"})
+        if opened is not None:
+            scenario.append(job.id)
+            scenario_causes[UNKNOWN_CAUSES[opened.event]] += 1
+            for a in rows:
+                if a.kind == "run" and a.fence > (opened.fence or 0) and _turned_away(a):
+                    scenario_away["503" if "503" in a.message else "connection refused"] += 1
+        fallbacks = [a.fence for a in rows if a.kind == "fallback"]
+        if fallbacks:
+            fell_back.append(job.id)
+            # An outcome left unknown by an attempt before the first fallback attempt.
+            if any(e.event in UNKNOWN_EVENTS and (e.fence or 0) < min(fallbacks) for e in history):
+                fell_back_after_unknown.append(job.id)
+        if job.id in ops or job.state == "indeterminate":
+            parked.append(job.id)
+        where = [
+            d for d, counts in ev.applied_at.items() if job.effect_key and counts[job.effect_key]
+        ]
+        for d in where:
+            at[d] += 1
+        if len(where) > 1:
+            both.append(job.id)
+    section: dict[str, Any] = {
+        "jobs": len(fallback_jobs),
+        "planned_cases": dict(cases),
+        "unknown_then_turned_away": len(scenario),
+        "scenario_unknown_because": dict(scenario_causes),
+        "scenario_attempts_turned_away": dict(scenario_away),
+        "turned_away_attempts": dict(turned_away_by),
+        "turned_away_in_provider_log": sum(
+            n for k, n in ev.turned_away.items() if k in {j.effect_key for j in fallback_jobs}
+        ),
+        "fell_back": len(fell_back),
+        "fell_back_after_unknown": len(fell_back_after_unknown),
+        "parked_indeterminate": len(parked),
+        "scenario_parked": len(set(scenario) & set(parked)),
+        "scenario_fell_back": len(set(scenario) & set(fell_back)),
+        "applied_at_first_provider": at["pay"],
+        "applied_at_second_provider": at["pay2"],
+        "applied_at_two_destinations": sorted(both),
+        "states": dict(Counter(j.state for j in fallback_jobs)),
+    }
+    return section, _verdict(
+        not both,
+        f"{len(fallback_jobs)} jobs; {len(scenario)} had an unknown outcome at the first "
+        f"provider, then an attempt that sent nothing ({len(set(scenario) & set(fell_back))} of "
+        f"them fell back, {len(set(scenario) & set(parked))} parked); {len(fell_back)} fell "
+        f"back, {len(parked)} parked indeterminate; applied at the first provider "
+        f"{at['pay']}, at the second {at['pay2']}, at both {len(both)} (must be 0)",
+        both,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
 # Attempts, recovery (I8), classification (I9), busy loops (I12)
 # ---------------------------------------------------------------------------------------------
 
@@ -494,10 +634,30 @@ def recovery_section(ev: Evidence) -> tuple[dict[str, Any], dict[str, Any]]:
     found = _false_rescues(ev)
     false_rescues = sorted({a.job for _, a in found})
     # Hung first attempts (catalogue 8): only the maximum runtime can end them, so each must
-    # end by its lease running out (or a fault on its executor), never by completing.
+    # end by its lease running out (or a fault on its executor), never by completing, and
+    # the job must be rescued: a later attempt claims it. ``chaos.untimed`` declares no
+    # maximum runtime: the installation's default must end its hung attempts the same way.
     hung = [j for j in ev.jobs.values() if j.payload.get("hang") and ev.attempts_of(j.id)]
     hung_ends = Counter(ev.attempts_of(j.id)[0].outcome or "running" for j in hung)
-    hung_completed = [j.id for j in hung if ev.attempts_of(j.id)[0].outcome == "succeeded"]
+    hung_completed = [j.id for j in hung if ev.attempts_of(j.id)[0].outcome in COMPLETIONS]
+    hung_by_timeout: dict[str, dict[str, Any]] = {}
+    hung_not_rescued: list[int] = []
+    for j in hung:
+        source = "default" if j.base_type == UNTIMED_TYPE else "declared"
+        h = hung_by_timeout.setdefault(
+            source, {"jobs": 0, "timeout_s": Counter(), "first_attempt": Counter(), "rescued": 0}
+        )
+        first = ev.attempts_of(j.id)[0]
+        h["jobs"] += 1
+        h["timeout_s"][f"{j.timeout:g}"] += 1
+        h["first_attempt"][first.outcome or "running"] += 1
+        if len(ev.attempts_of(j.id)) > 1:
+            h["rescued"] += 1
+        else:
+            hung_not_rescued.append(j.id)
+    for h in hung_by_timeout.values():
+        h["timeout_s"] = dict(h["timeout_s"])
+        h["first_attempt"] = dict(h["first_attempt"])
     unfinished = sorted(j.id for j in ev.jobs.values() if j.state in ("waiting", "leased"))
     terms = [f for f in ev.faults if f["kind"] == "term" and "exit_after" in f]
     section: dict[str, Any] = {
@@ -521,10 +681,19 @@ def recovery_section(ev: Evidence) -> tuple[dict[str, Any], dict[str, Any]]:
         ),
         "hung_first_attempts": dict(hung_ends),
         "hung_completed": hung_completed,
+        "hung_by_timeout": hung_by_timeout,
+        "hung_not_rescued": hung_not_rescued,
+        "default_timeout_s": ev.plan.get("default_timeout"),
         "not_drained": unfinished,
         "drained": bool(ev.meta.get("drained", not unfinished)),
     }
-    ok = not over and not unfinished and not false_rescues and not hung_completed
+    ok = (
+        not over
+        and not unfinished
+        and not false_rescues
+        and not hung_completed
+        and not hung_not_rescued
+    )
     rec, back = section["recovery_s"], section["after_db_return_s"]
     return section, _verdict(
         ok,
@@ -533,8 +702,26 @@ def recovery_section(ev: Evidence) -> tuple[dict[str, Any], dict[str, Any]]:
         f"database outage, {back['max']}s at most after its return (bound "
         f"{section['after_db_return_bound_s']}s); {len(set(over))} over; "
         f"{len(false_rescues)} false rescues; {len(hung)} hung first attempts ended "
-        f"{_kv(hung_ends)}; {len(unfinished)} jobs not drained",
-        [*over, *unfinished, *false_rescues, *hung_completed],
+        f"{_kv(hung_ends)} ({_hung_summary(hung_by_timeout)}); {len(unfinished)} jobs not "
+        "drained",
+        [*over, *unfinished, *false_rescues, *hung_completed, *hung_not_rescued],
+    )
+
+
+def _seconds(counts: dict[str, int]) -> str:
+    """``{"16": 2}`` as ``16 s x2``."""
+    return ", ".join(f"{t} s x{n}" for t, n in sorted(counts.items())) or "-"
+
+
+def _hung_summary(by_timeout: dict[str, dict[str, Any]]) -> str:
+    names = {"declared": "declared timeout", "default": "installation's default timeout"}
+    return (
+        "; ".join(
+            f"{names[k]}: {h['jobs']} (maximum runtime {_seconds(h['timeout_s'])}), "
+            f"{h['rescued']} rescued"
+            for k, h in sorted(by_timeout.items())
+        )
+        or "none"
     )
 
 
@@ -680,6 +867,8 @@ def classification_section(ev: Evidence) -> tuple[dict[str, Any], dict[str, Any]
                 expected = "transient"
             elif any(s in a.message for s in NO_ANSWER):
                 expected = "indeterminate"
+            elif any(s in a.message for s in NOTHING_SENT):
+                expected = "transient"
             if expected:
                 planned[f"{expected}: {'ok' if a.error_class == expected else 'wrong'}"] += 1
                 if a.error_class != expected:
@@ -790,6 +979,7 @@ def analyse(ev: Evidence) -> dict[str, Any]:
     classification, i9 = classification_section(ev)
     sweep, i10, i11 = sweep_verdicts(ev)
     busy, i12 = busy_section(ev)
+    fallback, i13 = fallback_section(ev)
     verdicts = {
         "I1": i1,
         "I2": i2,
@@ -803,6 +993,7 @@ def analyse(ev: Evidence) -> dict[str, Any]:
         "I10": i10,
         "I11": i11,
         "I12": i12,
+        "I13": i13,
     }
     for k, v in verdicts.items():
         v["title"] = TITLES[k]
@@ -833,6 +1024,7 @@ def analyse(ev: Evidence) -> dict[str, Any]:
         "broker": broker,
         "classification": classification,
         "busy_loop": busy,
+        "fallback": fallback,
         "bad_input": sweep,
         "verdicts": verdicts,
         "passed": all(v["status"] != "fail" for v in verdicts.values()),

@@ -34,6 +34,8 @@ EFFECT_OF_TYPE: dict[str, str] = {
     "chaos.reconcilable": "transfer",
     "chaos.at_least_once": "email",
     "chaos.at_most_once": "email",
+    "chaos.fallback": "charge",
+    "chaos.untimed": "charge",
     "demo.ledger_credit": "credit",
     "demo.charge": "charge",
     "demo.charge_reconcilable": "transfer",
@@ -41,6 +43,10 @@ EFFECT_OF_TYPE: dict[str, str] = {
     "demo.email_at_most_once": "email",
 }
 """Job type -> the name of the one effect it makes."""
+FALLBACK_TYPE = "chaos.fallback"
+"""The job type whose fallback charges at a second provider that keeps its own keys."""
+UNTIMED_TYPE = "chaos.untimed"
+"""The job type that declares no maximum runtime (the installation's default applies)."""
 
 
 def _t(value: datetime | None) -> float | None:
@@ -70,12 +76,21 @@ class JobRow:
     fence: int
     reason: str
     payload: dict[str, Any]
+    timeout: float = 0.0
+    """The maximum runtime of one attempt stored on the job when it was enqueued."""
+    effect_key: str = ""
+    """The key of the job's effect as its ledger row holds it; "" when the job never recorded
+    the effect (or its type is unknown)."""
 
     @property
-    def effect_key(self) -> str:
-        """The key of the job's effect (``tenure-<id>-<name>``), or "" for unknown types."""
-        name = EFFECT_OF_TYPE.get(self.name.removesuffix(BROKER_SUFFIX), "")
-        return f"tenure-{self.id}-{name}" if name else ""
+    def base_type(self) -> str:
+        """The job type, the broker twins' suffix removed."""
+        return self.name.removesuffix(BROKER_SUFFIX)
+
+    @property
+    def effect_name(self) -> str:
+        """The name of the one effect the job's type makes, or "" for unknown types."""
+        return EFFECT_OF_TYPE.get(self.base_type, "")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -104,13 +119,28 @@ class AttemptRow:
 @dataclass(frozen=True, kw_only=True)
 class EffectRow:
     job: int
+    name: str
     key: str
     state: str
+    in_doubt: bool
     fence: int
     intents: int
     duplicate_possible: bool
     note: str
     updated: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class LedgerEvent:
+    """One entry of the ledger's history (``tenure_effect_event``)."""
+
+    event: str
+    """``intended``, ``applied``, ``not_sent``, ``unknown``, ``left_unsettled``,
+    ``reconciled`` or ``operator``."""
+    fence: int | None
+    """The fence of the attempt it was written for; None for an operator's fact."""
+    at: float
+    """When it was written, by the database's clock."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -142,8 +172,15 @@ class Evidence:
     stale: list[dict[str, Any]]
     audits: dict[int, list[AuditRow]]
     applied: Counter[str]
+    """Effects per key at every destination together."""
     replayed: set[str]
     requests: dict[str, Counter[str]] = field(default_factory=dict)
+    applied_at: dict[str, Counter[str]] = field(default_factory=dict)
+    """Effects per destination (:data:`.truth.DESTINATIONS`) and key."""
+    turned_away: Counter[str] = field(default_factory=Counter)
+    """Per key, the payment provider's charge requests it answered 503 unseen."""
+    ledger_history: dict[int, list[LedgerEvent]] = field(default_factory=dict)
+    """Per job, its ledger's history in order: every effect's events."""
 
     def attempts_of(self, job_id: int) -> list[AttemptRow]:
         return self.attempts.get(job_id, [])
@@ -151,19 +188,37 @@ class Evidence:
 
 def load(workdir: Path) -> Evidence:
     """Read the run's logs and the database (Django must be set up on the run's database)."""
-    from scheduler_core.models import Attempt, AuditEntry, Effect, Job, StaleWrite
+    from scheduler_core.models import Attempt, AuditEntry, Effect, EffectEvent, Job, StaleWrite
 
     meta = json.loads((workdir / "run.json").read_text()) if (workdir / "run.json").exists() else {}
     events: list[dict[str, Any]] = []
     for p in sorted((workdir / "events").glob("*.jsonl")):
         events.extend(read_jsonl(p))
     sweep_path = workdir / "sweep.json"
+    effects: dict[int, list[EffectRow]] = {}
+    for e in Effect.objects.all():
+        effects.setdefault(e.job_id, []).append(
+            EffectRow(
+                job=e.job_id,
+                name=e.name,
+                key=e.key,
+                state=e.state,
+                in_doubt=e.in_doubt,
+                fence=e.fence,
+                intents=e.intents,
+                duplicate_possible=e.duplicate_possible,
+                note=e.note,
+                updated=e.updated_at.timestamp(),
+            )
+        )
     jobs: dict[int, JobRow] = {}
     other: list[dict[str, Any]] = []
     for j in Job.objects.all().order_by("id"):
         if not (j.unique_key or "").startswith(CHAOS_PREFIX):
             other.append({"id": j.pk, "name": j.name, "key": j.unique_key, "state": j.state})
             continue
+        name = EFFECT_OF_TYPE.get(j.name.removesuffix(BROKER_SUFFIX), "")
+        keys = [e.key for e in effects.get(j.pk, []) if name and e.name == name]
         jobs[j.pk] = JobRow(
             id=j.pk,
             name=j.name,
@@ -173,6 +228,8 @@ def load(workdir: Path) -> Evidence:
             fence=j.fence,
             reason=j.reason,
             payload=j.payload if isinstance(j.payload, dict) else {},
+            timeout=float(j.timeout_seconds),
+            effect_key=keys[0] if keys else "",
         )
     attempts: dict[int, list[AttemptRow]] = {}
     for a in Attempt.objects.all().order_by("job_id", "fence"):
@@ -193,20 +250,6 @@ def load(workdir: Path) -> Evidence:
                 message=a.message[:500],
             )
         )
-    effects: dict[int, list[EffectRow]] = {}
-    for e in Effect.objects.all():
-        effects.setdefault(e.job_id, []).append(
-            EffectRow(
-                job=e.job_id,
-                key=e.key,
-                state=e.state,
-                fence=e.fence,
-                intents=e.intents,
-                duplicate_possible=e.duplicate_possible,
-                note=e.note,
-                updated=e.updated_at.timestamp(),
-            )
-        )
     audits: dict[int, list[AuditRow]] = {}
     for au in AuditEntry.objects.all().order_by("created_at"):
         audits.setdefault(au.job_id or 0, []).append(
@@ -223,6 +266,17 @@ def load(workdir: Path) -> Evidence:
     stale: list[dict[str, Any]] = [
         dict(row) for row in StaleWrite.objects.values("job_id", "fence", "write", "executor")
     ]
+    history: dict[int, list[LedgerEvent]] = {}
+    for job_id, event, fence, created in EffectEvent.objects.values_list(
+        "effect__job_id", "event", "fence", "created_at"
+    ).order_by("id"):
+        history.setdefault(int(job_id), []).append(
+            LedgerEvent(event=str(event), fence=fence, at=created.timestamp())
+        )
+    applied_at = truth.applied_by_destination()
+    applied: Counter[str] = Counter()
+    for counts in applied_at.values():
+        applied.update(counts)
     return Evidence(
         plan=meta.get("plan", {}),
         meta=meta,
@@ -237,7 +291,10 @@ def load(workdir: Path) -> Evidence:
         effects=effects,
         stale=stale,
         audits=audits,
-        applied=truth.applied_counts(),
+        applied=applied,
         replayed=truth.replayed_keys(),
         requests=truth.requests_by_outcome(),
+        applied_at=applied_at,
+        turned_away=truth.turned_away(),
+        ledger_history=history,
     )

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from .cluster import APP_PREFIX, PgCluster
-from .plan import Plan
+from .plan import DOWN_URL_ENV, NEGATIVE_ENV, Plan
 
 ROOT = Path(__file__).resolve().parents[2]
 MANAGE = str(ROOT / "manage.py")
@@ -89,6 +89,7 @@ class Fleet:
         smtp_port: int,
         link_ports: dict[int, int],
         broker_url: str = "",
+        down_port: int = 0,
     ) -> None:
         self.plan = plan
         self.workdir = workdir
@@ -97,6 +98,7 @@ class Fleet:
         self.smtp_port = smtp_port
         self.link_ports = link_ports
         self.broker_url = broker_url
+        self.down_port = down_port
         self.children: list[Child] = []
         self._respawned: dict[int, float] = {}
         self.faketime = faketime_library()
@@ -124,7 +126,12 @@ class Fleet:
             DEMO_PAY_URL=f"http://127.0.0.1:{self.http_port}",
             DEMO_SMTP=f"127.0.0.1:{self.smtp_port}",
             TENURE_LOG_LEVEL="INFO",
+            # Job types that declare no maximum runtime get this one, so their hung attempts
+            # end within the run (the shipped default, 600 s, is longer than a smoke run).
+            TENURE_DEFAULT_TIMEOUT_SECONDS=str(p.default_timeout),
         )
+        if self.down_port:
+            env[DOWN_URL_ENV] = f"http://127.0.0.1:{self.down_port}"
         if self.broker_url:
             # The broker queue's jobs are announced through the run's own Redis and run by
             # its Celery workers; every other queue stays broker-less.
@@ -196,10 +203,19 @@ class Fleet:
             PGAPPNAME=f"{APP_PREFIX}{slot}",
             TENURE_EVENT_LOG=str(self.workdir / "events" / f"exec-{slot}.jsonl"),
         )
-        if self.plan.negative_control:
-            env["TENURE_TEST_DISABLE_FENCE"] = "1"
+        env.update(self._negative_env())
         args = ["run_executor", "--concurrency", str(self.plan.concurrency), "--grace", "3"]
         return self._spawn(f"exec-{slot}", "executor", slot, args, env, clock=self._clock(slot))
+
+    def _negative_env(self, *, celery: bool = False) -> dict[str, str]:
+        """What a negative control switches off in the processes that run jobs: the fence
+        check (broker-less executors only: the Celery workers' faults are the broker's), or
+        the sticky unknown outcome (every process that runs jobs)."""
+        if self.plan.negative_control == "fence" and not celery:
+            return {"TENURE_TEST_DISABLE_FENCE": "1"}
+        if self.plan.negative_control == "sticky":
+            return {NEGATIVE_ENV: "sticky"}
+        return {}
 
     def start_scheduler(self, slot: int) -> Child:
         """A maintenance process (reaper, dispatcher); the first runs on an offset clock."""
@@ -219,6 +235,7 @@ class Fleet:
             PGAPPNAME=f"chaos-celery-{slot}",
             TENURE_EVENT_LOG=str(self.workdir / "events" / f"celery-{slot}.jsonl"),
         )
+        env.update(self._negative_env(celery=True))
         args = ["-A", "config", "worker", "-Q", BROKER_QUEUE, "--pool", "prefork", "-c", "2"]
         args += ["-n", f"chaos-celery-{slot}@%h", "-l", "INFO"]
         args += ["--without-gossip", "--without-mingle", "--without-heartbeat"]

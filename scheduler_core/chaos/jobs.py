@@ -1,13 +1,30 @@
-"""The verifier's job types: one per effect mode, each against a demo destination.
+"""The verifier's job types: one per effect mode, each against a demo destination, a job
+that falls back to a second destination keeping its own keys, and one that declares no
+maximum runtime.
 
 They make the same calls as the demo jobs (through :mod:`demo.clients`, with its failure
 classification) and add what fault injection needs: ``work`` seconds before the effect (so
 kills and pauses find attempts in flight, some longer than a lease), ``hold`` seconds after
 it and before the completion (a kill there leaves an effect done and unrecorded),
-``fail_first`` planned transient failures, a planned permanent failure, and ``slow``: the
-destination applies the first attempt's request and answers only after the caller gave up.
+``fail_first`` planned transient failures, a planned permanent failure, ``slow``: the
+destination applies the first attempt's request and answers only after the caller gave up,
+and ``hang``: the first attempt hangs past its maximum runtime.
 
-Loaded only where ``TENURE_JOB_MODULES`` names this module (the verifier's processes).
+``chaos.fallback`` charges at the payment provider and falls back to the second provider,
+whose keys are its own (``fallback_shares_key=False``). Its payload says at which attempts the
+first provider answers 503 or refuses the connection (``a_down``, ``refuse``) and at which the
+second applies and then times out (``b_slow``), so a planned share of these jobs meets the
+first provider applying a charge and timing out, then turning the next attempt away: the case
+where only a sticky unknown outcome keeps the fallback from charging a second time. ``case``
+names the planned case (``FALLBACK_CASES`` in :mod:`.workload`) for the report.
+``chaos.untimed`` is the idempotent job without ``timeout``: the installation's
+``TENURE_DEFAULT_TIMEOUT_SECONDS`` (set by the verifier for its processes) ends its hung
+attempts.
+
+Loaded only where ``TENURE_JOB_MODULES`` names this module (the verifier's processes). With
+``TENURE_CHAOS_NEGATIVE=sticky`` in its environment (the negative control's executors only),
+importing it also makes the ledger forget an unknown outcome again (see
+:func:`install_forgetful_ledger`).
 """
 
 from __future__ import annotations
@@ -18,25 +35,35 @@ from typing import Any
 
 from demo import clients
 from demo.models import LedgerEntry
-from scheduler_core import Permanent, Transient, job
+from scheduler_core import Permanent, Transient, job, store
 from scheduler_core.context import JobContext
+from scheduler_core.models import Effect
 from scheduler_core.registry import JobType
 
 from .broker import BROKER_QUEUE
 from .evidence import BROKER_SUFFIX
+from .plan import DOWN_URL_ENV, NEGATIVE_ENV
 
 LEASE = int(os.environ.get("TENURE_CHAOS_LEASE", "4"))
-OPTIONS: dict[str, Any] = {
+UNTIMED_OPTIONS: dict[str, Any] = {
     "max_attempts": 10,
     "lease_seconds": LEASE,
     "backoff_base": 0.2,
     "backoff_cap": 2.0,
+}
+"""Options of a job type that declares no maximum runtime: the installation's default
+(``TENURE_DEFAULT_TIMEOUT_SECONDS``) applies."""
+OPTIONS: dict[str, Any] = {
+    **UNTIMED_OPTIONS,
     # A hard maximum runtime: a hung handler's lease stops being renewed after it, so the
     # job is rescued while the hung thread still lives (catalogue 8).
     "timeout": 4 * LEASE,
 }
+FALLBACK_OPTIONS: dict[str, Any] = {**OPTIONS, "max_attempts": 6}
+"""Fewer attempts, so a job whose first provider stays away is parked within the run."""
 HANG_SECONDS = 6 * LEASE
-"""How long a hung first attempt sleeps before its effect: past the maximum runtime."""
+"""How long a hung first attempt sleeps before its effect: past the maximum runtime, declared
+or the installation's default (the verifier sets it to the same 4 leases)."""
 
 PLANNED_TRANSIENT = "planned transient failure"
 PLANNED_PERMANENT = "planned permanent failure"
@@ -213,6 +240,103 @@ def at_most_once(
     time.sleep(hold)
 
 
+# ---------------------------------------------------------------------------------------------
+# A fallback to a second provider that keeps its own keys
+# ---------------------------------------------------------------------------------------------
+
+
+def _attempts(value: list[int] | None) -> frozenset[int]:
+    return frozenset(value or ())
+
+
+def _primary_down(ctx: JobContext, a_down: list[int] | None, refuse: bool) -> tuple[bool, str]:
+    """Whether this attempt finds the first provider away: ``(answers 503, refusing address)``.
+    Without the verifier's refusing address a refused connection becomes a 503: either way
+    nothing is sent."""
+    if ctx.attempt not in _attempts(a_down):
+        return False, ""
+    down_url = os.environ.get(DOWN_URL_ENV, "")
+    if refuse and down_url:
+        return False, down_url
+    return True, ""
+
+
+def _second_provider(
+    ctx: JobContext,
+    *,
+    n: int,
+    work: float = 0.0,
+    hold: float = 0.0,
+    timeout: float = 1.5,
+    slow: bool = False,
+    a_down: list[int] | None = None,
+    refuse: bool = False,
+    b_slow: list[int] | None = None,
+    case: str = "",
+) -> None:
+    """The fallback: charge at the second provider, which deduplicates by its own keys only."""
+    if work > 0:
+        time.sleep(work)
+    with ctx.effect("charge") as eff:
+        if not eff.done:
+            reply = clients.second_charge(
+                ctx,
+                key=eff.key,
+                fence=eff.fence,
+                body={"invoice_id": n, "cents": 100},
+                timeout=timeout,
+                slow_reply=timeout + 1.0 if ctx.attempt in _attempts(b_slow) else 0.0,
+            )
+            eff.applied(destination_ref=str(reply.get("charge_id", "")))
+    time.sleep(hold)
+
+
+@job(
+    name="chaos.fallback",
+    effect="idempotent",
+    fallback=_second_provider,
+    fallback_shares_key=False,
+    **FALLBACK_OPTIONS,
+)
+def fallback_charge(
+    ctx: JobContext,
+    *,
+    n: int,
+    work: float = 0.0,
+    hold: float = 0.0,
+    timeout: float = 1.5,
+    slow: bool = False,
+    a_down: list[int] | None = None,
+    refuse: bool = False,
+    b_slow: list[int] | None = None,
+    case: str = "",
+) -> None:
+    """Charge at the payment provider; when it turns an attempt away with nothing applied,
+    the next attempt is the fallback (:func:`_second_provider`), unless an earlier outcome is
+    still unknown."""
+    if work > 0:
+        time.sleep(work)
+    unavailable, base_url = _primary_down(ctx, a_down, refuse)
+    with ctx.effect("charge") as eff:
+        if not eff.done:
+            reply = clients.charge(
+                ctx,
+                key=eff.key,
+                fence=eff.fence,
+                body={"invoice_id": n, "cents": 100},
+                timeout=timeout,
+                slow_reply=_slow(ctx, slow, timeout),
+                unavailable=unavailable,
+                base_url=base_url,
+            )
+            eff.applied(destination_ref=str(reply.get("charge_id", "")))
+    time.sleep(hold)
+
+
+# No ``timeout``: the installation's default maximum runtime ends its hung attempts.
+untimed = job(name="chaos.untimed", effect="idempotent", **UNTIMED_OPTIONS)(idempotent.func)
+
+
 @job(name="chaos.noop", queue="sweep", effect="transactional", max_attempts=3, lease_seconds=LEASE)
 def noop(ctx: JobContext, *, n: int = 0) -> None:
     """Nothing: the broker sweep's real job, on a queue only the sweep's Celery worker serves."""
@@ -222,18 +346,66 @@ def noop(ctx: JobContext, *, n: int = 0) -> None:
 # never claimed by the broker-less executors (which serve ``default``).
 
 
-def _broker_twin(jt: JobType) -> JobType:
-    """The same handler and effect mode as ``jt``, on the broker queue."""
+def _broker_twin(jt: JobType, options: dict[str, Any]) -> JobType:
+    """The same handler, effect mode, reconcile function and fallback as ``jt``, registered
+    with ``options`` (its own), on the broker queue."""
     return job(
         name=jt.name + BROKER_SUFFIX,
         queue=BROKER_QUEUE,
         effect=jt.effect.value,
         reconcile=jt.reconcile,
-        **OPTIONS,
+        fallback=jt.fallback,
+        fallback_shares_key=jt.fallback_shares_key,
+        **options,
     )(jt.func)
 
 
-BROKER_TWINS = tuple(
-    _broker_twin(jt)
-    for jt in (transactional, idempotent, reconcilable, at_least_once, at_most_once)
+BROKER_TWINS = (
+    *(
+        _broker_twin(jt, OPTIONS)
+        for jt in (transactional, idempotent, reconcilable, at_least_once, at_most_once)
+    ),
+    _broker_twin(fallback_charge, FALLBACK_OPTIONS),
+    _broker_twin(untimed, UNTIMED_OPTIONS),
 )
+
+
+# ---------------------------------------------------------------------------------------------
+# The negative control of the sticky unknown outcome
+# ---------------------------------------------------------------------------------------------
+
+
+def install_forgetful_ledger() -> None:
+    """Make this process's ledger forget an unknown outcome, as it did before it was sticky.
+
+    For the negative control only (``manage.py chaos --negative-control=sticky``), installed
+    in the run's executors and Celery workers and nowhere else: when an attempt that sent
+    nothing settles its effect ``not_applied`` over an earlier unknown outcome, the row becomes
+    ``not_applied`` and no longer in doubt, so the job's decisions see no unsettled effect and
+    hand over to a fallback that cannot share the key. The checker must then find a job whose
+    charge was applied at both providers (I13).
+    """
+    sticky = store.effect_settle
+
+    def forgetful(
+        lease: store.Lease,
+        key: str,
+        state: str,
+        *,
+        destination_ref: str = "",
+        note: str = "",
+        name: str = "",
+    ) -> str:
+        after = sticky(lease, key, state, destination_ref=destination_ref, note=note, name=name)
+        if state != Effect.NOT_APPLIED or after != Effect.UNKNOWN:
+            return after
+        Effect.objects.using(store.DB).filter(
+            key=key, fence=lease.fence, state=Effect.UNKNOWN
+        ).update(state=Effect.NOT_APPLIED, in_doubt=False)
+        return Effect.NOT_APPLIED
+
+    store.effect_settle = forgetful
+
+
+if os.environ.get(NEGATIVE_ENV) == "sticky":
+    install_forgetful_ledger()

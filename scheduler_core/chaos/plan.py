@@ -25,8 +25,25 @@ CELERY_FAULTS: tuple[str, ...] = ("broker_restart", "broker_duplicate", "pool_ki
 """The faults that need the run's broker and Celery workers."""
 
 NEGATIVE_FAULTS: tuple[str, ...] = ("pause_long", "pg_restart")
-"""The faults a negative-control run injects: enough to show what the disabled guard lets
-through (a resumed stale attempt, acknowledged commits lost in a crash)."""
+"""The faults the ``fence`` negative control injects: enough to show what the disabled guards
+let through (a resumed stale attempt, acknowledged commits lost in a crash)."""
+
+NEGATIVE_CONTROLS: tuple[str, ...] = ("fence", "sticky")
+"""What a negative-control run switches off: ``fence`` — the executors' fence check and
+durable commits; ``sticky`` — the ledger's sticky unknown outcome, in the executors only (see
+:func:`scheduler_core.chaos.jobs.install_forgetful_ledger`)."""
+
+NEGATIVE_ENV = "TENURE_CHAOS_NEGATIVE"
+"""Set to ``sticky`` in the environment of a ``sticky`` negative control's executors and
+Celery workers, and nowhere else."""
+DOWN_URL_ENV = "CHAOS_PAY_DOWN_URL"
+"""An address where nothing listens (the verifier holds the port, bound but not listening):
+a request the payment provider should refuse goes there, and its connection is refused."""
+
+FALLBACK_SHARE = 0.15
+"""Share of the verifier's own jobs that fall back to the second provider (``chaos.fallback``)."""
+STICKY_FALLBACK_SHARE = 0.6
+"""The same share in the ``sticky`` negative control, so a short run meets its case often."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -36,9 +53,12 @@ class Plan:
     seconds: float = 1800.0
     """Length of the fault phase; the drain and the checks come after it."""
     seed: int = 1
-    negative_control: bool = False
-    """Switch the fence check off in the executors and run PostgreSQL with
-    ``synchronous_commit=off``: the checker must then report failures."""
+    negative_control: str = ""
+    """Empty for a normal run, or which guard a negative control switches off
+    (:data:`NEGATIVE_CONTROLS`): ``fence`` switches the fence check off in the executors and
+    runs PostgreSQL with ``synchronous_commit=off``; ``sticky`` makes the executors' ledger
+    forget an unknown outcome when a later attempt sends nothing. The checker must then report
+    failures."""
     executors: int = 3
     concurrency: int = 4
     schedulers: int = 2
@@ -47,6 +67,10 @@ class Plan:
     long_share: float = 0.12
     """Share of jobs that work longer than a lease before their effect (renewals, and a
     replacement still running when a paused owner resumes)."""
+    fallback_share: float = FALLBACK_SHARE
+    """Share of the verifier's own jobs that are ``chaos.fallback``: a primary provider that
+    sometimes applies, times out, then turns the next attempt away, and a fallback provider
+    that keeps its own keys."""
     lease_seconds: int = 4
     reap_grace: float = 1.0
     sweep_interval: float = 0.5
@@ -92,6 +116,14 @@ class Plan:
         broker is back: the re-send delay and one sweep interval (the checker adds the
         Celery worker's reconnect)."""
         return self.redispatch_after + self.sweep_interval
+
+    @property
+    def default_timeout(self) -> float:
+        """The installation's maximum runtime of an attempt in the run's processes
+        (``TENURE_DEFAULT_TIMEOUT_SECONDS``): four leases, like the timeout the verifier's
+        other job types declare, so a hung attempt of a type that declares none is ended
+        within the run."""
+        return 4.0 * self.lease_seconds
 
     @property
     def recovery_bound(self) -> float:

@@ -25,6 +25,19 @@ def _ids(ids: list[Any]) -> str:
     )
 
 
+NEGATIVE = {
+    "fence": "fence off, synchronous_commit off",
+    "sticky": "the ledger forgets an unknown outcome",
+}
+"""What each negative control switches off, for the report's title."""
+
+
+def _negative(kind: Any) -> str:
+    if not kind:
+        return ""
+    return f" — NEGATIVE CONTROL ({NEGATIVE.get(str(kind), str(kind))})"
+
+
 def render(r: dict[str, Any]) -> str:
     """The report: the run, each section's figures, then one verdict line per invariant."""
     p, run, jobs = r["plan"], r["run"], r["jobs"]
@@ -32,11 +45,7 @@ def render(r: dict[str, Any]) -> str:
         "",
         "=" * 78,
         f"Tenure fault verifier — seed {p.get('seed')}, {p.get('seconds')}s of faults"
-        + (
-            " — NEGATIVE CONTROL (fence off, synchronous_commit off)"
-            if p.get("negative_control")
-            else ""
-        ),
+        + _negative(p.get("negative_control")),
         "=" * 78,
         f"system: {p.get('executors')} executors x{p.get('concurrency')}, {p.get('schedulers')} "
         f"schedulers, lease {p.get('lease_seconds')}s, grace {p.get('reap_grace')}s, sweep "
@@ -100,6 +109,16 @@ def render(r: dict[str, Any]) -> str:
         f"  false rescues after short pauses: {len(rec['false_rescues'])}; SIGTERM exit "
         f"{_fig(rec['sigterm_exit_s'])}, forced {rec['sigterm_forced']}, attempts released "
         f"{rec['released_on_sigterm']}; not drained {len(rec['not_drained'])}",
+        f"  hung first attempts: {_kv(rec.get('hung_first_attempts', {}))}"
+        + "".join(
+            f"; {'timeout declared' if k == 'declared' else 'no timeout declared'}: "
+            f"{h['jobs']} jobs, maximum runtime "
+            + ", ".join(f"{t} s x{n}" for t, n in sorted(h["timeout_s"].items()))
+            + f", first attempt "
+            f"{_kv(h['first_attempt'])}, rescued {h['rescued']}"
+            for k, h in sorted(rec.get("hung_by_timeout", {}).items())
+        )
+        + f"; completed by the hung attempt {len(rec.get('hung_completed', []))}",
         f"  renewals late {rec.get('late_renewals', 0)}, slow {rec.get('slow_renewals', 0)}"
         + "".join(
             f"; false rescue {d['job']}: last renewal {d['renewal_age_at_pause_s']}s before a "
@@ -116,6 +135,24 @@ def render(r: dict[str, Any]) -> str:
             f"{b['duplications']} duplications added {b['copies_added']} deliveries; "
             f"{b['hints_dropped_by_claim']} hints dropped by the claim; Celery worker exited "
             f"and was restarted {b.get('celery_worker_restarts', 0)} times",
+        ]
+    fb = r.get("fallback") or {}
+    if fb:
+        lines += [
+            f"fallback to a second provider with its own keys: {fb['jobs']} jobs "
+            f"({_kv(fb['planned_cases'])}); {_kv(fb['states'])}",
+            f"  unknown outcome at the first provider, then an attempt that sent nothing: "
+            f"{fb['unknown_then_turned_away']} jobs ({fb['scenario_fell_back']} fell back, "
+            f"{fb['scenario_parked']} parked; unknown because "
+            f"{_kv(fb.get('scenario_unknown_because', {}))}; their later attempts turned away "
+            f"{_kv(fb.get('scenario_attempts_turned_away', {}))}); all attempts turned away "
+            f"{_kv(fb['turned_away_attempts'])} (503s in the provider's log "
+            f"{fb['turned_away_in_provider_log']})",
+            f"  fell back {fb['fell_back']} (after an unknown outcome {fb['fell_back_after_unknown']}"
+            f"), parked indeterminate {fb['parked_indeterminate']}; applied at the first "
+            f"provider {fb['applied_at_first_provider']}, at the second "
+            f"{fb['applied_at_second_provider']}, at both "
+            f"{len(fb['applied_at_two_destinations'])}{_ids(fb['applied_at_two_destinations'])}",
         ]
     lines += [
         f"classification: planned {_kv(r['classification']['planned'])}",

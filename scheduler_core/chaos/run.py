@@ -92,6 +92,7 @@ def _plan_json(plan: Plan) -> dict[str, Any]:
     d["workdir"] = str(plan.workdir) if plan.workdir else None
     d["recovery_bound"] = plan.recovery_bound
     d["hint_bound"] = plan.hint_bound
+    d["default_timeout"] = plan.default_timeout
     return d
 
 
@@ -105,10 +106,16 @@ def run(plan: Plan, *, out: Writer, report_path: Path | None = None) -> int:
     # The database server runs as ``postgres`` and must reach its folder inside this one.
     workdir.chmod(0o755)
     plan = dataclasses.replace(plan, workdir=workdir)
-    cluster = PgCluster(workdir / "pg", port=plan.pg_port, negative_control=plan.negative_control)
+    cluster = PgCluster(
+        workdir / "pg", port=plan.pg_port, negative_control=plan.negative_control == "fence"
+    )
     proxy = ProxyServer()
     broker = RedisBroker(workdir / "broker", port=plan.broker_port) if plan.celery_workers else None
     fleet: Fleet | None = None
+    # Where the payment provider refuses connections: a port bound and never listened on,
+    # held for the whole run so nothing else can take it.
+    refusing = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    refusing.bind(("127.0.0.1", 0))
     meta: dict[str, Any] = {"plan": _plan_json(plan), "phases": {}}
     (workdir / "plan.json").write_text(json.dumps(meta["plan"], indent=1))
     status = 2
@@ -133,6 +140,7 @@ def run(plan: Plan, *, out: Writer, report_path: Path | None = None) -> int:
             smtp_port=free_port(),
             link_ports=links,
             broker_url=broker.url if broker is not None else "",
+            down_port=int(refusing.getsockname()[1]),
         )
         migrate = subprocess.run(
             [sys.executable, MANAGE, "migrate", "--noinput"],
@@ -226,6 +234,7 @@ def run(plan: Plan, *, out: Writer, report_path: Path | None = None) -> int:
                 fleet.stop_all(timeout=5)
         with contextlib.suppress(Exception):
             proxy.close()
+        refusing.close()
         if broker is not None:
             with contextlib.suppress(Exception):
                 broker.stop()
@@ -256,6 +265,7 @@ def run_role(role: str, workdir: Path, *, seed: int, seconds: float, rate: float
             rate=rate,
             long_share=plan["long_share"],
             broker_share=plan["broker_share"] if plan.get("celery_workers") else 0.0,
+            fallback_share=plan["fallback_share"],
         )
         return 0
     if role == "operator":

@@ -1,30 +1,24 @@
-"""The destinations' own records: how many times each effect key really happened.
+"""The destinations' own records: how many times each effect key really happened, and where.
 
-The demo destinations log every effect they apply — the provider's charges and transfers, the
-SMTP sink's messages, the ledger's credits — with the effect key that caused it. These
-counts are the ground truth the verifier holds the scheduler's ledger against.
+The demo destinations log every effect they apply — the payment provider's charges and
+transfers, the second provider's charges, the SMTP sink's messages, the ledger's credits —
+with the effect key that caused it. These counts are the ground truth the verifier holds the
+scheduler's ledger against. The keys are read from the records as they are (the checker gets
+each job's keys from its ledger rows), never rebuilt.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable
+from typing import Any
 
 from django.db.models import Count
 
-EFFECT_TABLE = {
-    "credit": "ledger",
-    "charge": "charge",
-    "transfer": "transfer",
-    "email": "mail",
-}
-"""Effect name -> the destination record that shows it."""
-
-
-def effect_name(key: str) -> str:
-    """The effect name of a key ``tenure-<job>-<name>``."""
-    parts = key.split("-", 2)
-    return parts[2] if len(parts) == 3 else ""
+DESTINATIONS = ("ledger", "pay", "pay2", "mail")
+"""Where effects land: the job database's ledger (transactional), the payment provider
+(charges and transfers), the second payment provider (charges by a fallback that keeps its
+own keys) and the SMTP sink."""
 
 
 def _chunks(items: list[str], size: int = 2000) -> Iterable[list[str]]:
@@ -32,30 +26,42 @@ def _chunks(items: list[str], size: int = 2000) -> Iterable[list[str]]:
         yield items[i : i + size]
 
 
-def applied_counts(keys: Iterable[str] | None = None) -> Counter[str]:
-    """Effects applied per key at the destinations (every key when ``keys`` is None)."""
-    from demo.models import Charge, LedgerEntry, MailMessage
+def _sources() -> list[tuple[str, Any, str]]:
+    from demo.models import Charge, LedgerEntry, MailMessage, SecondCharge
 
-    out: Counter[str] = Counter()
-    wanted = None if keys is None else sorted(set(keys))
-    sources = [
-        (LedgerEntry.objects.all(), "effect_key"),
-        (Charge.objects.filter(endpoint="charge"), "key"),
-        (Charge.objects.filter(endpoint="transfer"), "key"),
-        (MailMessage.objects.all(), "effect_key"),
+    return [
+        ("ledger", LedgerEntry.objects.all(), "effect_key"),
+        ("pay", Charge.objects.filter(endpoint__in=("charge", "transfer")), "key"),
+        ("pay2", SecondCharge.objects.all(), "key"),
+        ("mail", MailMessage.objects.all(), "effect_key"),
     ]
-    for qs, field in sources:
+
+
+def applied_by_destination(keys: Iterable[str] | None = None) -> dict[str, Counter[str]]:
+    """Effects applied per destination and key (every key when ``keys`` is None)."""
+    out: dict[str, Counter[str]] = {name: Counter() for name in DESTINATIONS}
+    wanted = None if keys is None else sorted(set(keys))
+    for name, qs, field in _sources():
         batches: Iterable[list[str] | None] = [None] if wanted is None else _chunks(wanted)
         for batch in batches:
             q = qs if batch is None else qs.filter(**{f"{field}__in": batch})
             for row in q.values(field).annotate(n=Count("id")):
                 if row[field]:
-                    out[row[field]] += row["n"]
+                    out[name][row[field]] += row["n"]
+    return out
+
+
+def applied_counts(keys: Iterable[str] | None = None) -> Counter[str]:
+    """Effects applied per key at all destinations together (every key when ``keys`` is
+    None)."""
+    out: Counter[str] = Counter()
+    for counts in applied_by_destination(keys).values():
+        out.update(counts)
     return out
 
 
 def requests_by_outcome() -> dict[str, Counter[str]]:
-    """The provider's request log: per endpoint, how each request was answered."""
+    """The payment providers' request log: per endpoint, how each request was answered."""
     from demo.models import ProviderRequest
 
     out: dict[str, Counter[str]] = {}
@@ -65,9 +71,21 @@ def requests_by_outcome() -> dict[str, Counter[str]]:
 
 
 def replayed_keys() -> set[str]:
-    """Keys the provider answered from its idempotency store at least once."""
+    """Keys a payment provider answered from its idempotency store at least once."""
     from demo.models import ProviderRequest
 
     return set(
         ProviderRequest.objects.filter(outcome="replayed").values_list("key", flat=True).distinct()
     )
+
+
+def turned_away(endpoint: str = "charge") -> Counter[str]:
+    """Per key, how many requests ``endpoint`` answered 503 without looking at them."""
+    from demo.models import ProviderRequest
+
+    rows = (
+        ProviderRequest.objects.filter(endpoint=endpoint, outcome="unavailable")
+        .values("key")
+        .annotate(n=Count("id"))
+    )
+    return Counter({row["key"]: row["n"] for row in rows})

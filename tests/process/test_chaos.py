@@ -1,6 +1,8 @@
 """The fault verifier (``manage.py chaos``) judged on itself: a short seeded run with every
-fault kind passes every invariant, and a negative control — the fence check switched off and
-``synchronous_commit=off`` with immediate restarts — is caught.
+fault kind passes every invariant, and two negative controls are caught: the fence check
+switched off with ``synchronous_commit=off`` and immediate restarts, and a ledger that forgets
+an unknown outcome when a later attempt sends nothing (a fallback to a second provider then
+charges again: I13), next to the same run with the ledger as shipped, which passes.
 
 Each run builds its own PostgreSQL cluster, so these do not touch the test database; they are
 marked ``postgres`` to run once, in the PostgreSQL pass. ``TENURE_CHAOS_SECONDS`` lengthens
@@ -65,6 +67,9 @@ def test_short_seeded_run_with_every_fault_kind_passes_every_invariant(tmp_path:
     assert sum(results["run"]["faults"].values()) >= 3
     # The hostile-input sweep ran and every case was refused.
     assert results["verdicts"]["I10"]["status"] == "pass", out[-3000:]
+    # Jobs fell back to the second provider, and none was charged at both.
+    assert results["verdicts"]["I13"]["status"] == "pass", out[-3000:]
+    assert results["fallback"]["jobs"] > 0
 
 
 @needs_cluster
@@ -76,7 +81,42 @@ def test_negative_control_without_fence_and_durable_commits_is_caught(tmp_path: 
     )
     assert code == 1, out[-6000:]
     assert failing(results), out[-3000:]
-    assert results["plan"]["negative_control"] is True
+    assert results["plan"]["negative_control"] == "fence"
+
+
+# The sticky-unknown pair: the same seed, length, faults and share of fallback jobs, once with
+# the ledger as shipped and once with the executors' ledger forgetting an unknown outcome.
+STICKY_RUN = ("--seed", "3", "--fallback-share", "0.6", "--no-bad-input")
+
+
+@needs_cluster
+def test_fallback_after_an_unknown_outcome_never_charges_a_second_provider(
+    tmp_path: Path,
+) -> None:
+    code, out, results = chaos(tmp_path, *STICKY_RUN)
+    assert code == 0, out[-6000:]
+    assert not failing(results)
+    fallback = results["fallback"]
+    # The case was met: an unknown outcome at the first provider, then an attempt that sent
+    # nothing; none of those jobs fell back, and no job was charged at both providers.
+    assert fallback["unknown_then_turned_away"] >= 1, fallback
+    assert fallback["scenario_fell_back"] == 0, fallback
+    assert fallback["fell_back_after_unknown"] == 0, fallback
+    assert fallback["applied_at_two_destinations"] == [], fallback
+    assert fallback["fell_back"] >= 1, fallback
+
+
+@needs_cluster
+def test_negative_control_with_a_ledger_that_forgets_unknown_outcomes_is_caught(
+    tmp_path: Path,
+) -> None:
+    code, out, results = chaos(tmp_path, *STICKY_RUN, "--negative-control=sticky")
+    assert code == 1, out[-6000:]
+    assert results["plan"]["negative_control"] == "sticky"
+    assert "I13" in failing(results), out[-3000:]
+    fallback = results["fallback"]
+    assert fallback["applied_at_two_destinations"], fallback
+    assert fallback["scenario_fell_back"] >= 1, fallback
 
 
 @needs_cluster

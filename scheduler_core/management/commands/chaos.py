@@ -1,8 +1,8 @@
 """``manage.py chaos``: the fault verifier (see ``docs/reliability.md``).
 
-``manage.py chaos --seconds N --seed S [--negative-control] [--report PATH]`` runs a seeded
-fault-injection run on a PostgreSQL cluster of its own and exits non-zero when an invariant
-failed. ``--role`` is internal: the run's helper processes.
+``manage.py chaos --seconds N --seed S [--negative-control[=fence|sticky]] [--report PATH]``
+runs a seeded fault-injection run on a PostgreSQL cluster of its own and exits non-zero when an
+invariant failed. ``--role`` is internal: the run's helper processes.
 """
 
 from __future__ import annotations
@@ -27,8 +27,21 @@ class Command(BaseCommand):
         parser.add_argument("--seed", type=int, default=1)
         parser.add_argument(
             "--negative-control",
-            action="store_true",
-            help="Disable the fence and synchronous commit: the checker must report failures.",
+            nargs="?",
+            const="fence",
+            default="",
+            choices=plans.NEGATIVE_CONTROLS,
+            help="Switch a guard off; the checker must report failures. fence (the default): "
+            "the executors' fence check and synchronous commit; sticky: the ledger forgets an "
+            "unknown outcome when a later attempt sends nothing (executors only).",
+        )
+        parser.add_argument(
+            "--fallback-share",
+            type=float,
+            default=None,
+            help=f"Share of the verifier's own jobs that fall back to a second provider "
+            f"(default {plans.FALLBACK_SHARE}; {plans.STICKY_FALLBACK_SHARE} with "
+            "--negative-control=sticky).",
         )
         parser.add_argument("--report", type=Path, default=None, help="Write the JSON here.")
         parser.add_argument("--executors", type=int, default=3)
@@ -59,19 +72,29 @@ class Command(BaseCommand):
         unknown = set(faults) - set(plans.FAULT_KINDS)
         if unknown:
             raise CommandError(f"unknown fault kinds: {', '.join(sorted(unknown))}")
+        negative = opts["negative_control"]
+        fence_off = negative == "fence"
         if not faults:
-            faults = plans.NEGATIVE_FAULTS if opts["negative_control"] else plans.FAULT_KINDS
+            # The sticky control changes only the ledger: every fault kind may still be dealt,
+            # and every other invariant is expected to hold.
+            faults = plans.NEGATIVE_FAULTS if fence_off else plans.FAULT_KINDS
         if opts["seconds"] <= 0 or not 1 <= opts["executors"] <= 16:
             raise CommandError("--seconds must be positive and --executors 1..16")
+        share = opts["fallback_share"]
+        if share is None:
+            share = plans.STICKY_FALLBACK_SHARE if negative == "sticky" else plans.FALLBACK_SHARE
+        if not 0.0 <= share <= 1.0:
+            raise CommandError("--fallback-share must be between 0 and 1")
         plan = plans.Plan(
             seconds=opts["seconds"],
             seed=opts["seed"],
-            negative_control=opts["negative_control"],
+            negative_control=negative,
             executors=opts["executors"],
             rate=opts["rate"],
-            # The negative control runs more jobs longer than a lease, so a paused owner
-            # resumes while its replacement still holds the job: what the fence is for.
-            long_share=0.4 if opts["negative_control"] else 0.12,
+            # The fence's negative control runs more jobs longer than a lease, so a paused
+            # owner resumes while its replacement still holds the job: what the fence is for.
+            long_share=0.4 if fence_off else 0.12,
+            fallback_share=share,
             faults=faults,
             pg_port=opts["pg_port"],
             bad_input=not opts["no_bad_input"],
