@@ -129,6 +129,7 @@ def overview() -> dict[str, Any]:
         "stale_writes": health.stale_writes(),
         "state_names": [st.value for st in State],
         "succeeded_as_of": succeeded_as_of,
+        "database": health.database_pressure(),
     }
 
 

@@ -275,6 +275,7 @@ def status() -> dict[str, Any]:
         "health": health_counts(),
         "executors": {"alive": len(execs), "list": execs},
         "stale_writes_refused": stale_writes(),
+        "database": database_pressure(),
     }
 
 
@@ -320,3 +321,73 @@ def recent_claim_latencies(*, limit: int = SAMPLE_LIMIT) -> list[float]:
         .values_list("job__run_at", "claimed_at")[:limit]
     )
     return [max(0.0, (claimed - due).total_seconds()) for due, claimed in rows]
+
+
+# ---------------------------------------------------------------------------------------------
+# What the database holds back (PostgreSQL)
+# ---------------------------------------------------------------------------------------------
+
+HELD_BACK_AFTER_SECONDS = 60.0
+"""A snapshot held longer than this, with dead rows piling up behind it, is reported as
+holding the queue back."""
+HELD_BACK_DEAD_ROWS = 10_000
+
+
+def database_pressure() -> dict[str, Any] | None:
+    """The oldest snapshot this database's vacuum must respect, and the dead rows of the job
+    table it cannot yet remove; None on SQLite (readers there hold no rows back).
+
+    ``held_back`` is true when a snapshot has been held longer than
+    ``HELD_BACK_AFTER_SECONDS`` and the job table carries more than ``HELD_BACK_DEAD_ROWS``
+    dead rows: claims then still seek past them (``store.ClaimFloors``), but the table and
+    its indexes grow until the snapshot ends, and so do the dashboard's and the reaper's
+    reads. ``oldest`` names the session (pid, application, state, its transaction's start),
+    so an operator can find and end it.
+    """
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        return None
+    with connection.cursor() as cur:
+        cur.execute(
+            """
+            SELECT pid, application_name, state, xact_start,
+                extract(epoch FROM clock_timestamp() - xact_start)
+            FROM pg_stat_activity
+            WHERE datname = current_database() AND backend_xmin IS NOT NULL
+                AND pid <> pg_backend_pid() AND xact_start IS NOT NULL
+            ORDER BY xact_start LIMIT 1
+            """
+        )
+        row = cur.fetchone()
+        cur.execute(
+            """
+            SELECT n_dead_tup, n_live_tup, autovacuum_count, last_autovacuum,
+                pg_total_relation_size(relid)
+            FROM pg_stat_user_tables WHERE relname = 'tenure_job'
+            """
+        )
+        table = cur.fetchone()
+    oldest = None
+    age = 0.0
+    if row is not None:
+        pid, app, state, started, seconds = row
+        age = float(seconds or 0.0)
+        oldest = {
+            "pid": pid,
+            "application": app or "",
+            "state": state or "",
+            "transaction_started": started.isoformat() if started else None,
+            "seconds": round(age, 1),
+        }
+    dead, live, vacuums, last_vacuum, size = table if table is not None else (0, 0, 0, None, 0)
+    return {
+        "oldest_snapshot": oldest,
+        "oldest_snapshot_seconds": round(age, 1),
+        "job_dead_rows": int(dead or 0),
+        "job_live_rows": int(live or 0),
+        "job_table_bytes": int(size or 0),
+        "job_autovacuums": int(vacuums or 0),
+        "job_last_autovacuum": last_vacuum.isoformat() if last_vacuum else None,
+        "held_back": age > HELD_BACK_AFTER_SECONDS and int(dead or 0) > HELD_BACK_DEAD_ROWS,
+    }

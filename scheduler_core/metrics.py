@@ -132,6 +132,25 @@ class DatabaseCollector(Collector):
         )
         reaped_total.add_metric([], h.leases_reaped())
         yield reaped_total
+        pressure = h.database_pressure()
+        if pressure is not None:
+            snap = GaugeMetricFamily(
+                "tenure_db_oldest_snapshot_seconds",
+                "Age of the oldest transaction holding a snapshot in this database",
+            )
+            snap.add_metric([], pressure["oldest_snapshot_seconds"])
+            yield snap
+            dead = GaugeMetricFamily(
+                "tenure_db_job_dead_rows", "Dead rows in the job table vacuum has not removed"
+            )
+            dead.add_metric([], pressure["job_dead_rows"])
+            yield dead
+            held = GaugeMetricFamily(
+                "tenure_db_held_back",
+                "1 when an old snapshot keeps dead rows of the job table from being removed",
+            )
+            held.add_metric([], 1 if pressure["held_back"] else 0)
+            yield held
         yield _gauge_histogram(
             "tenure_db_attempt_duration_seconds",
             "Durations of attempts that finished in the last hour",
