@@ -41,11 +41,12 @@ def reap_once(*, limit: int = 500, rng: random.Random | None = None) -> Counter[
 
 
 def dispatch_once(*, limit: int = 500) -> int:
-    """Publish broker hints for due jobs whose hint is missing or old; returns how many."""
+    """Publish broker hints for due jobs whose hint is missing or old, on the queues a live
+    consumer takes hints from (``transports.hinted_queues``); returns how many."""
     if not transports.uses_broker():
         return 0
     sent = 0
-    for job_id, queue in store.take_due_hints(limit=limit):
+    for job_id, queue in store.take_due_hints(limit=limit, queues=transports.hinted_queues()):
         if transports.publish(job_id, queue):
             sent += 1
     if sent:

@@ -1301,29 +1301,43 @@ def release_unstarted(lease: Lease, *, why: str) -> None:
 # ---------------------------------------------------------------------------------------------
 
 
-def take_due_hints(*, limit: int = 500) -> list[tuple[int, str]]:
-    """Pick due waiting jobs whose last hint is missing, old, or older than the job's current
-    ``run_at`` (sent for an earlier due time, e.g. before a retry), and mark them hinted now.
+def take_due_hints(
+    *, limit: int = 500, queues: frozenset[str] | None = None
+) -> list[tuple[int, str]]:
+    """Pick due waiting jobs of ``queues`` (None: every queue) whose hint is missing, was sent
+    for an earlier due time (before a retry), or is old, and mark them hinted now.
 
-    Returns ``(job_id, queue)`` pairs to publish. Two dispatchers may both pick a job; the
-    second hint is absorbed by the claim.
+    "Old" grows with the wait: a hint is sent again once ``REDISPATCH_AFTER_SECONDS`` have
+    passed and at least as long as the job had been due when its last hint went, so a job
+    that stays unclaimed gets hints at due + 10 s, 20 s, 40 s, 80 s … (a bounded number,
+    however long it waits), never one per round. Returns ``(job_id, queue)`` pairs to publish.
+    Two dispatchers may both pick a job; the second hint is absorbed by the claim.
     """
+    from django.db.models import DurationField, ExpressionWrapper
+
+    if queues is not None and not queues:
+        return []
     resend = conf.get().REDISPATCH_AFTER_SECONDS
     with transaction.atomic(using=DB):
+        waited_at_last_hint = ExpressionWrapper(
+            F("hinted_at") - F("run_at"), output_field=DurationField()
+        )
+        since_last_hint = ExpressionWrapper(DbNow() - F("hinted_at"), output_field=DurationField())
         qs = (
             Job.objects.using(DB)
             .filter(state=states.State.WAITING, run_at__lte=DbNow())
+            .annotate(waited=waited_at_last_hint, since=since_last_hint)
             .filter(
                 Q(hinted_at__isnull=True)
-                | Q(hinted_at__lt=DbNow(-resend))
                 | Q(hinted_at__lt=F("run_at"))
+                | (Q(hinted_at__lt=DbNow(-resend)) & Q(since__gt=F("waited")))
             )
             .order_by("-priority", "run_at", "id")
         )
-        if conf.get().BROKER_QUEUES:
-            qs = qs.filter(queue__in=conf.get().BROKER_QUEUES)
+        if queues is not None:
+            qs = qs.filter(queue__in=sorted(queues))
         if connections[DB].vendor == "postgresql":
-            qs = qs.select_for_update(skip_locked=True)
+            qs = qs.select_for_update(skip_locked=True, of=("self",))
         picked = list(qs.values_list("id", "queue")[:limit])
         if picked:
             Job.objects.using(DB).filter(

@@ -31,12 +31,24 @@ def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
 def _tenure_test_settings(settings: Any) -> None:
     """Fast, broker-less defaults; tests that need more set them explicitly. Each test starts
     with no claim floors: the database it left them for was emptied."""
-    from scheduler_core import store
+    from scheduler_core import store, transports
 
     settings.TENURE_TRANSPORT = "polling"
     settings.TENURE_REAP_GRACE_SECONDS = 0.0
     settings.TENURE_POLL_INTERVAL = 0.05
     store.FLOORS.forget()
+    transports.CONSUMERS.forget()
+
+
+def broker_consumer(transport: str = "celery", queues: tuple[str, ...] = ("*",)) -> str:
+    """Register a live consumer of ``queues`` (broker names) for ``transport`` in the executor
+    registry, as a worker does when it starts; returns its id."""
+    from scheduler_core import store, transports
+
+    executor_id = store.new_executor_id(f"test-{transport}")
+    store.executor_started(executor_id, transport=transport, queues=list(queues), concurrency=1)
+    transports.CONSUMERS.forget()
+    return executor_id
 
 
 @pytest.fixture

@@ -37,11 +37,12 @@ from collections import deque
 from typing import Any
 
 from celery import shared_task
-from celery.signals import worker_process_shutdown, worker_shutting_down
+from celery.signals import worker_process_init, worker_process_shutdown, worker_shutting_down
 from django.db import DatabaseError
 from django.db import connection as db_connection
 
 from .. import chain, conf, executor, store
+from . import EVERY_QUEUE
 
 log = logging.getLogger("tenure.transports.celery")
 
@@ -94,11 +95,32 @@ def _process_executor() -> tuple[str, executor.Heartbeater]:
             executor.limit_idle_transactions()
             db_connection.close()  # reopened with the limit
             executor_id = store.new_executor_id("celery")
-            store.executor_started(executor_id, transport="celery", queues=["*"], concurrency=1)
+            store.executor_started(
+                executor_id, transport="celery", queues=_consumed_queues(), concurrency=1
+            )
             hb = executor.Heartbeater(executor_id)
             hb.start()
             _state.update(pid=os.getpid(), ppid=os.getppid(), id=executor_id, hb=hb)
         return _state["id"], _state["hb"]
+
+
+def _consumed_queues() -> list[str]:
+    """The broker queues this worker consumes (``-Q``), or every queue when it cannot say.
+
+    The executor registry hands them to every process that enqueues: a queue no live worker
+    consumes gets no hints."""
+    try:
+        names = sorted(str(q) for q in run_job.app.amqp.queues.consume_from)
+    except Exception:  # an app without queue configuration: claim them all
+        return [EVERY_QUEUE]
+    return names or [EVERY_QUEUE]
+
+
+@worker_process_init.connect  # type: ignore[untyped-decorator]
+def _process_started(**_: Any) -> None:
+    """Register the pool process (prefork, solo) before its first message: until a live
+    consumer of its queues is registered, no process sends them hints."""
+    _process_executor()
 
 
 @worker_shutting_down.connect  # type: ignore[untyped-decorator]

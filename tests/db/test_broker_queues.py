@@ -10,6 +10,7 @@ from django.db import transaction
 
 from scheduler_core import job, maintenance, store, transports
 from scheduler_core.models import Job
+from tests.conftest import broker_consumer
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -28,6 +29,7 @@ def on_db(ctx: Any) -> None:
 def published(monkeypatch: pytest.MonkeyPatch, settings: Any) -> list[tuple[int, str]]:
     settings.TENURE_TRANSPORT = "celery"
     settings.TENURE_BROKER_QUEUES = ("bq-broker",)
+    broker_consumer()
     sent: list[tuple[int, str]] = []
 
     def publish(job_id: int, queue: str) -> bool:
@@ -41,6 +43,7 @@ def published(monkeypatch: pytest.MonkeyPatch, settings: Any) -> list[tuple[int,
 def test_only_named_queues_use_the_broker(settings: Any) -> None:
     settings.TENURE_TRANSPORT = "celery"
     settings.TENURE_BROKER_QUEUES = ("bq-broker",)
+    broker_consumer()
     assert transports.uses_broker("bq-broker")
     assert not transports.uses_broker("bq-db")
     assert transports.uses_broker()  # some queue does
@@ -67,4 +70,58 @@ def test_dispatcher_resends_only_broker_queues(published: list[tuple[int, str]])
     published.clear()
     assert maintenance.dispatch_once() == 1
     assert published == [(a.pk, "bq-broker")]
-    assert store.take_due_hints() == []  # just hinted: not re-sent yet
+    # Just hinted: not re-sent yet.
+    assert store.take_due_hints(queues=transports.hinted_queues()) == []
+
+
+def test_hints_go_only_where_a_live_consumer_takes_them(
+    monkeypatch: pytest.MonkeyPatch, settings: Any
+) -> None:
+    """A broker transport configured but no worker consuming (only broker-less executors run):
+    no enqueue publishes, no dispatcher round re-sends. A consumer of one queue gets that
+    queue's hints only; a stopped one gets none."""
+    settings.TENURE_TRANSPORT = "celery"
+    settings.TENURE_BROKER_QUEUES = ()
+    sent: list[tuple[int, str]] = []
+    monkeypatch.setattr(
+        transports, "publish", lambda job_id, queue: sent.append((job_id, queue)) or True
+    )
+    with transaction.atomic():
+        on_broker.enqueue()
+        on_db.enqueue_many([{}, {}])
+    assert maintenance.dispatch_once() == 0
+    assert sent == []
+    assert Job.objects.filter(hinted_at__isnull=False).count() == 0
+    consumer = broker_consumer(queues=("bq-broker",))
+    assert maintenance.dispatch_once() == 1  # the unhinted due job of the consumed queue
+    assert [q for _, q in sent] == ["bq-broker"]
+    b = on_broker.enqueue()
+    on_db.enqueue()
+    assert sent[-1] == (b.pk, "bq-broker") and len(sent) == 2
+    store.executor_stopped(consumer)
+    transports.CONSUMERS.forget()
+    on_broker.enqueue()
+    assert len(sent) == 2
+
+
+def test_a_job_left_unclaimed_gets_hints_ever_further_apart(
+    published: list[tuple[int, str]], settings: Any
+) -> None:
+    """Re-sends are bounded: after each hint the dispatcher waits at least as long as the job
+    had then been due (10 s, 10 s, 20 s, 40 s ...), not one re-send per round."""
+    from scheduler_core.dbclock import DbNow
+
+    settings.TENURE_REDISPATCH_AFTER_SECONDS = 10.0
+    a = on_broker.enqueue()
+
+    def state(due_ago: float, hinted_ago: float) -> bool:
+        Job.objects.filter(pk=a.pk).update(run_at=DbNow(-due_ago), hinted_at=DbNow(-hinted_ago))
+        picked = [j for j, _ in store.take_due_hints()]
+        return a.pk in picked
+
+    assert not state(due_ago=5, hinted_ago=5)  # hinted when it came due, 5 s ago
+    assert state(due_ago=11, hinted_ago=11)  # 10 s passed since
+    assert not state(due_ago=25, hinted_ago=12)  # it had waited 13 s at that hint: wait 13
+    assert state(due_ago=27, hinted_ago=14)
+    assert not state(due_ago=600, hinted_ago=200)  # hinted when 400 s due: wait 400
+    assert state(due_ago=900, hinted_ago=450)

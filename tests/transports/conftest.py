@@ -19,6 +19,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -189,7 +190,33 @@ class Harness:
                 "--name",
                 f"w{n}-{RUN}-{uuid.uuid4().hex[:6]}",
             ]
-        return self._start(argv, "worker")
+        p = self._start(argv, "worker")
+        if self.spec.carries_messages:
+            self._wait_registered(p)
+        return p
+
+    def _wait_registered(self, p: subprocess.Popen[bytes]) -> None:
+        """Wait until the worker is a live consumer of the test queue in the executor
+        registry: hints go only to queues a live worker consumes, so an enqueue before that
+        would leave its job to the dispatcher (as it does in production)."""
+        from scheduler_core import transports
+        from scheduler_core.models import Executor
+
+        def registered() -> bool:
+            if p.poll() is not None:
+                raise AssertionError(f"the worker exited ({p.returncode}):\n{self.log_text()}")
+            return Executor.objects.filter(
+                transport=self.spec.transport,
+                stopped_at__isnull=True,
+                queues__contains=BROKER_QUEUE,
+            ).exists()
+
+        deadline = time.monotonic() + 60
+        while not registered():
+            if time.monotonic() > deadline:
+                raise AssertionError(f"the worker never registered:\n{self.log_text()}")
+            time.sleep(0.1)
+        transports.CONSUMERS.forget()
 
     def start_scheduler(self) -> subprocess.Popen[bytes]:
         """Start ``run_scheduler`` (reaper and dispatcher) with a short sweep interval."""

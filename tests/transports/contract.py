@@ -24,8 +24,9 @@ from typing import Any, ClassVar
 from django.db.models import Count
 from django.test import override_settings
 
+from scheduler_core import store
 from scheduler_core.models import Attempt, Executor, Job
-from tests.conftest import wait_until
+from tests.conftest import broker_consumer, wait_until
 from tests.transports import jobs
 from tests.transports.conftest import BROKER_QUEUE, Harness, Spec, descendants, kombu_queue
 
@@ -59,8 +60,13 @@ class TransportContract:
 
     def test_every_job_runs_exactly_once(self, transport: Harness) -> None:
         n = 50
+        # Enqueued before any worker consumes the queue: no hint is published for them (nobody
+        # would take it); once the worker is registered, the dispatcher sends theirs.
         ids = [jobs.noop.enqueue(n=i).pk for i in range(n)]
+        if transport.spec.carries_messages:
+            assert transport.queue_length() == 0
         transport.start_worker()
+        transport.start_scheduler()
         wait_until(
             lambda: Job.objects.filter(pk__in=ids, state="succeeded").count() == n, timeout=90
         )
@@ -93,6 +99,9 @@ class TransportContract:
     def test_lost_hint_is_resent_by_the_dispatcher(self, transport: Harness) -> None:
         # One hint never published (a crash between commit and publish), one published and
         # then lost on the broker: neither can run until the dispatcher re-sends its hint.
+        # A consumer is registered meanwhile (a worker that then went away), so the second
+        # enqueue does publish.
+        consumer = broker_consumer(transport.spec.transport, (BROKER_QUEUE,))
         with override_settings(TENURE_TRANSPORT="polling"):
             unsent = jobs.noop.enqueue(n=1)
         lost = jobs.noop.enqueue(n=2)
@@ -100,6 +109,7 @@ class TransportContract:
             wait_until(lambda: transport.queue_length() == 1, timeout=10)
             transport.purge()
             assert transport.queue_length() == 0
+        store.executor_stopped(consumer)
         assert Job.objects.get(pk=unsent.pk).hinted_at is None
         transport.start_worker()
         # Resend age 0: the purged hint is as "old" as it will ever need to be.
