@@ -62,3 +62,10 @@ transfer_at_most_once = job(
     name="tests.proc.transfer_at_most_once", effect="at_most_once", lease_seconds=3
 )(_transfer)
 """At most once against the demo provider's fenced (not deduplicated) transfer endpoint."""
+
+
+@job(name="tests.proc.overrun", lease_seconds=60, timeout=1, max_attempts=1)
+def overrun(ctx: Any, *, seconds: float = 120.0) -> None:
+    """Run far past a one-second maximum runtime (its lease is long, so it shows overrunning
+    for most of a minute before the reaper could move it)."""
+    time.sleep(seconds)

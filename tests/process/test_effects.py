@@ -435,7 +435,10 @@ def test_transactional_attempt_paused_past_its_lease_commits_its_credit_once(
         _settled([job.pk])
         armed.send_signal(signal.SIGCONT)
         wait_until(lambda: _stale_writes(job, 1), timeout=30, interval=0.1)
-        winner = 2
+        # The replacement's fence (2, or later if a loaded machine made a replacement miss
+        # its own short lease): never the paused attempt's.
+        winner = Attempt.objects.get(job=job, outcome="succeeded").fence
+        assert winner >= 2
     else:
         # SQLite has one writer: the paused attempt holds the write lock, so no one can take
         # over (or write anything) until it resumes and commits under its still-current fence.
@@ -444,9 +447,14 @@ def test_transactional_attempt_paused_past_its_lease_commits_its_credit_once(
         _settled([job.pk])
         winner = 1
     _check(mode, job, "stale_resumed")
+    history = list(
+        Attempt.objects.filter(job=job)
+        .order_by("fence")
+        .values_list("fence", "executor", "outcome", "error_type", "message")
+    )
     assert list(LedgerEntry.objects.filter(job_id=job.pk).values_list("fence", flat=True)) == [
         winner
-    ]
+    ], history
     _end([armed, *helpers])
 
 

@@ -19,6 +19,7 @@ from scheduler_core.dbclock import db_now
 from scheduler_core.exceptions import StaleAttempt
 from scheduler_core.models import Job
 from tests.conftest import wait_until
+from tests.process import jobs as proc_jobs
 
 pytestmark = [pytest.mark.process, pytest.mark.django_db(transaction=True)]
 
@@ -120,6 +121,13 @@ def test_every_health_category_from_a_real_situation_in_status_and_metrics(
     wait_until(lambda: _state(abandoned.pk) == "leased", timeout=60)
     b.send_signal(signal.SIGKILL)
     b.wait(timeout=10)
+    # A third runs a job far past its one-second maximum runtime: overrunning, not running.
+    overrun = proc_jobs.overrun.enqueue()
+    spawn("run_executor", "--concurrency", "1", env={"TENURE_JOB_MODULES": "tests.process.jobs"})
+    wait_until(lambda: _state(overrun.pk) == "leased", timeout=60)
+    wait_until(
+        lambda: Job.objects.filter(pk=overrun.pk, deadline_at__lt=db_now()).exists(), timeout=10
+    )
     # No scheduler runs, so nothing reaps it: its heartbeat goes stale, then its lease expires.
     wait_until(
         lambda: Job.objects.filter(pk=abandoned.pk, lease_expires_at__lt=db_now()).exists(),
@@ -133,6 +141,7 @@ def test_every_health_category_from_a_real_situation_in_status_and_metrics(
         "waiting_backing_off": 1,  # the failing job, waiting 600 s after its third failure
         "stuck": 1,
         "running": 1,
+        "overrunning": 1,
         "abandoned": 1,
         "failing_repeatedly": 1,
         "indeterminate": 1,
@@ -145,7 +154,7 @@ def test_every_health_category_from_a_real_situation_in_status_and_metrics(
     text = _scrape(spawn)
     for category, n in health.items():
         assert _sample(text, "tenure_jobs_health", f'{{category="{category}"}}') == n
-    assert _sample(text, "tenure_jobs", '{state="leased"}') == 2
+    assert _sample(text, "tenure_jobs", '{state="leased"}') == 3
     assert _sample(text, "tenure_db_up") == 1
     assert _sample(text, "tenure_db_stale_writes_refused_total", '{write="complete"}') == 1
     assert _sample(text, "tenure_db_leases_reaped_total") == 1
