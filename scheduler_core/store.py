@@ -1746,6 +1746,31 @@ def insert_job(
         "updated_at": DbNow(),
         "hinted_at": DbNow() if hint else None,
     }
+    if connections[DB].vendor == "postgresql":
+        job = _insert_job_pg(fields)
+        if job is None:
+            existing = Job.objects.using(DB).filter(unique_key=unique_key).first()
+            if existing is None:  # accepted and already pruned: accept it anew
+                return insert_job(
+                    name=name,
+                    queue=queue,
+                    payload=payload,
+                    priority=priority,
+                    run_at=run_at,
+                    max_attempts=max_attempts,
+                    lease_seconds=lease_seconds,
+                    unique_key=unique_key,
+                    effect=effect,
+                    timeout_seconds=timeout_seconds,
+                    schedule_id=schedule_id,
+                )
+            return existing
+        # The wake-up went out with the insert; this process's floors learn it at commit.
+        transaction.on_commit(lambda: FLOORS.woken(queue, priority, job.run_at), using=DB)
+        if hint:
+            job_id = job.pk
+            transaction.on_commit(lambda: transports.publish(job_id, queue), using=DB)
+        return job
     with transaction.atomic(using=DB):
         if unique_key is None:
             job = Job.objects.using(DB).create(**fields)
@@ -1763,6 +1788,42 @@ def insert_job(
         if hint:
             job_id = job.pk
             transaction.on_commit(lambda: transports.publish(job_id, queue), using=DB)
+    return job
+
+
+_DB_SET = ("id", "run_at", "created_at", "updated_at", "hinted_at")
+"""The columns of a new job whose values the database sets (its clock, its sequence)."""
+
+
+def _insert_job_pg(fields: dict[str, Any]) -> Job | None:
+    """PostgreSQL's enqueue: the insert and its wake-up (``NOTIFY``, sent at commit) in one
+    statement and one round trip, atomic on its own or joining the caller's transaction.
+    None when ``unique_key`` was taken already (nothing was written)."""
+    from django.db.models.sql import InsertQuery
+
+    # Every column but the id, the model's defaults filling what ``fields`` leaves out.
+    query = InsertQuery(Job)
+    query.insert_values(
+        [f for f in Job._meta.concrete_fields if not f.primary_key], [Job(**fields)]
+    )
+    [(insert_sql, params)] = query.get_compiler(using=DB).as_sql()
+    conflict = " ON CONFLICT (unique_key) DO NOTHING" if fields.get("unique_key") else ""
+    sql = (
+        f"WITH ins AS ({insert_sql}{conflict} "
+        f"RETURNING id, run_at, created_at, updated_at, hinted_at, priority, queue) "
+        f"SELECT {', '.join('ins.' + c for c in _DB_SET)}, pg_notify(%s, ins.priority || ' ' "
+        f"|| to_char(extract(epoch FROM ins.run_at), 'FM9999999999.999999') || ' ' "
+        f"|| ins.queue) FROM ins"
+    )
+    with connections[DB].cursor() as cur:
+        cur.execute(sql, [*params, WAKEUP_CHANNEL])
+        row = cur.fetchone()
+    if row is None:
+        return None
+    known = {k: v for k, v in fields.items() if k not in _DB_SET}
+    job = Job(**known, **dict(zip(_DB_SET, row[: len(_DB_SET)], strict=True)))
+    job._state.adding = False
+    job._state.db = DB
     return job
 
 

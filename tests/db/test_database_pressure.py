@@ -53,7 +53,7 @@ def test_a_held_snapshot_and_the_dead_rows_it_keeps_are_reported(
             p = health.database_pressure()
             return p if p and p["job_dead_rows"] > 100 else None
 
-        p = wait_until(reported, timeout=10, interval=0.2)
+        p = wait_until(reported, timeout=30, interval=0.2)
         assert p["held_back"] is True
         assert p["oldest_snapshot"]["application"] == "forgotten-report"
         assert p["oldest_snapshot_seconds"] >= 0.5
