@@ -1766,7 +1766,8 @@ def insert_job(
                 )
             return existing
         # The wake-up went out with the insert; this process's floors learn it at commit.
-        transaction.on_commit(lambda: FLOORS.woken(queue, priority, job.run_at), using=DB)
+        due: datetime = job.run_at
+        transaction.on_commit(lambda: FLOORS.woken(queue, priority, due), using=DB)
         if hint:
             job_id = job.pk
             transaction.on_commit(lambda: transports.publish(job_id, queue), using=DB)
