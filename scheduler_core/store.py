@@ -1796,28 +1796,55 @@ _DB_SET = ("id", "run_at", "created_at", "updated_at", "hinted_at")
 """The columns of a new job whose values the database sets (its clock, its sequence)."""
 
 
-def _insert_job_pg(fields: dict[str, Any]) -> Job | None:
-    """PostgreSQL's enqueue: the insert and its wake-up (``NOTIFY``, sent at commit) in one
-    statement and one round trip, atomic on its own or joining the caller's transaction.
-    None when ``unique_key`` was taken already (nothing was written)."""
-    from django.db.models.sql import InsertQuery
+def _insert_job_sql(*, on_conflict: str) -> str:
+    return f"""
+    WITH ins AS (
+        INSERT INTO tenure_job (name, queue, payload, priority, run_at, state, fence,
+            lease_owner, attempts, max_attempts, lease_seconds, timeout_seconds, unique_key,
+            effect, next_kind, version, schedule_id, created_at, updated_at, hinted_at,
+            last_error, reason)
+        VALUES (%(name)s, %(queue)s, %(payload)s::jsonb, %(priority)s,
+            COALESCE(%(run_at)s::timestamptz, clock_timestamp()), 'waiting', 0, '', 0,
+            %(max_attempts)s, %(lease_seconds)s, %(timeout_seconds)s, %(unique_key)s,
+            %(effect)s, 'run', 1, %(schedule_id)s, clock_timestamp(), clock_timestamp(),
+            CASE WHEN %(hint)s THEN clock_timestamp() END, '', '')
+        {on_conflict}
+        RETURNING {", ".join(_DB_SET)}, priority, queue
+    )
+    SELECT {", ".join("ins." + c for c in _DB_SET)},
+        pg_notify(%(channel)s, ins.priority || ' '
+            || to_char(extract(epoch FROM ins.run_at), 'FM9999999999.999999') || ' '
+            || ins.queue)
+    FROM ins
+"""
 
-    # Every column but the id, the model's defaults filling what ``fields`` leaves out.
-    query = InsertQuery(Job)
-    query.insert_values(
-        [f for f in Job._meta.concrete_fields if not f.primary_key], [Job(**fields)]
-    )
-    [(insert_sql, params)] = query.get_compiler(using=DB).as_sql()
-    conflict = " ON CONFLICT (unique_key) DO NOTHING" if fields.get("unique_key") else ""
-    sql = (
-        f"WITH ins AS ({insert_sql}{conflict} "
-        f"RETURNING id, run_at, created_at, updated_at, hinted_at, priority, queue) "
-        f"SELECT {', '.join('ins.' + c for c in _DB_SET)}, pg_notify(%s, ins.priority || ' ' "
-        f"|| to_char(extract(epoch FROM ins.run_at), 'FM9999999999.999999') || ' ' "
-        f"|| ins.queue) FROM ins"
-    )
+
+_INSERT_JOB_PG = {
+    False: _insert_job_sql(on_conflict=""),
+    True: _insert_job_sql(on_conflict="ON CONFLICT (unique_key) DO NOTHING"),
+}
+""":func:`insert_job` on PostgreSQL, without and with a unique key: the insert and its wake-up
+(``NOTIFY``, sent at commit) in one statement. Written out rather than compiled by the ORM on
+every enqueue, which cost more (0.8 ms of the client's CPU) than the round trips it saves."""
+
+
+def _insert_job_pg(fields: dict[str, Any]) -> Job | None:
+    """PostgreSQL's enqueue: one statement and one round trip, atomic on its own or joining
+    the caller's transaction. None when ``unique_key`` was taken already (nothing written)."""
+    run_at = fields["run_at"]
+    params = {
+        **{k: fields[k] for k in ("name", "queue", "priority", "max_attempts", "lease_seconds")},
+        "timeout_seconds": fields["timeout_seconds"],
+        "unique_key": fields["unique_key"],
+        "effect": fields["effect"],
+        "schedule_id": fields["schedule_id"],
+        "payload": json.dumps(fields["payload"], ensure_ascii=False, allow_nan=False),
+        "run_at": None if isinstance(run_at, DbNow) else run_at,
+        "hint": fields["hinted_at"] is not None,
+        "channel": WAKEUP_CHANNEL,
+    }
     with connections[DB].cursor() as cur:
-        cur.execute(sql, [*params, WAKEUP_CHANNEL])
+        cur.execute(_INSERT_JOB_PG[fields["unique_key"] is not None], params)
         row = cur.fetchone()
     if row is None:
         return None
