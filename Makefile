@@ -77,3 +77,19 @@ bench: bench-venv
 
 bench-full: bench-venv
 	PYTHONPATH=. $(BENCH_PY) -m bench.run --profile full
+
+## The soak (bench/README.md, "Soak"): Tenure, pgqueuer and procrastinate one after another on a
+## PostgreSQL cluster of its own (production defaults, autovacuum on), each SOAK_MINUTES under
+## steady arrivals with a snapshot held through the middle third. Needs no shared server.
+## `make soak` writes bench/results/<date>-soak.md (a little over 3 hours; SOAK_ARGS passes more
+## options, e.g. SOAK_ARGS="--rate 150"); `make soak-short` is the CI check (about 4 minutes,
+## report in var/soak/), failing only when the harness breaks.
+SOAK_MINUTES ?= 60
+SOAK_ARGS ?=
+.PHONY: soak soak-short
+
+soak: bench-venv
+	PYTHONPATH=. $(BENCH_PY) -m bench.soak --minutes $(SOAK_MINUTES) $(SOAK_ARGS)
+
+soak-short: bench-venv
+	PYTHONPATH=. $(BENCH_PY) -m bench.soak --short

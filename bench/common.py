@@ -35,6 +35,14 @@ PG_USER = os.environ.get("BENCH_PG_USER", "postgres")
 REDIS_URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/13")
 
 
+def use_server(host: str, port: int | str, user: str = "postgres") -> None:
+    """Point the harness, and every child it starts from now on, at another server (the
+    soak's own cluster). Systems built after this call take its address."""
+    global PG_HOST, PG_PORT, PG_USER
+    PG_HOST, PG_PORT, PG_USER = host, str(port), user
+    os.environ.update(BENCH_PG_HOST=host, BENCH_PG_PORT=str(port), BENCH_PG_USER=user)
+
+
 def dsn(db: str) -> str:
     """A libpq URL for database ``db`` on the benchmark server."""
     return f"postgresql://{PG_USER}@{PG_HOST}:{PG_PORT}/{db}"
