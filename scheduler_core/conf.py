@@ -41,10 +41,11 @@ class TenureSettings:
     """Heartbeats are sent every ``lease_seconds * HEARTBEAT_FRACTION``."""
     POLL_INTERVAL: float = 0.5
     """Broker-less executor: seconds between polls when no wake-up arrives."""
-    CLAIM_FLOOR_MARGIN_SECONDS: float = 2.0
+    CLAIM_FLOOR_MARGIN_SECONDS: float = 0.1
     """PostgreSQL: a process's claims of a queue seek to just below the oldest due time it last
-    claimed there, less this margin, so a job whose enqueue committed up to this late is still
-    read in order (``store.ClaimFloors``)."""
+    claimed there, less this margin (``store.ClaimFloors``). An enqueue that commits later than
+    that lowers the floor through its wake-up; each claim walks the entries of the margin, which
+    a held snapshot keeps (at 2 s and 300 jobs/s, about 600 of them and 4 ms per claim)."""
     CLAIM_FULL_SCAN_SECONDS: float = 5.0
     """PostgreSQL: however its floors stand, a process reads each queue's claim index from the
     start at least this often (a job below the floors, left by a claim rolled back elsewhere,

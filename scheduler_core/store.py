@@ -296,6 +296,9 @@ class ClaimFloors:
         self._full_at: dict[str, float] = {}
         self._cut_off: set[str] = set()
         self._rescan: set[str] = set()
+        self._pins: dict[tuple[str, int], tuple[datetime, float]] = {}
+        """Wake-ups that lowered a floor: (due time, when), so a claim sent before one
+        cannot raise the floor past its job again."""
 
     def seeks(self, queues: Sequence[str], *, now: float) -> list[tuple[str, int, datetime]]:
         """The (queue, priority, floor) seeks for a claim of ``queues``, or none when a full
@@ -340,6 +343,14 @@ class ClaimFloors:
                     self._rescan.add(q)
             for key, due in oldest.items():
                 floor = due - margin
+                pin = self._pins.get(key)
+                if pin is not None:
+                    if pin[1] >= now:
+                        # Woken while this claim was under way: its job may not have been
+                        # visible to it; keep the floor at that job until a later claim.
+                        floor = min(floor, pin[0] - margin)
+                    else:
+                        del self._pins[key]
                 if key not in self._floors or floor > self._floors[key]:
                     self._floors[key] = floor
 
@@ -351,6 +362,7 @@ class ClaimFloors:
             key = (queue, priority)
             if key not in self._floors or floor < self._floors[key]:
                 self._floors[key] = floor
+                self._pins[key] = (due_at, time.monotonic())
 
     def forget(self) -> None:
         """Drop every floor (tests; a process whose database was replaced)."""
@@ -359,6 +371,7 @@ class ClaimFloors:
             self._full_at.clear()
             self._cut_off.clear()
             self._rescan.clear()
+            self._pins.clear()
 
 
 FLOORS = ClaimFloors()

@@ -173,9 +173,10 @@ def test_floors_follow_claims_and_wakeups_and_yield_to_a_full_read_when_due() ->
     """Claims raise a floor, wake-ups lower it or add a priority; a full read comes first,
     after a short claim while the last full read was cut off, and every full-read interval."""
     floors = store.ClaimFloors()
+    b = time.monotonic() + 60  # the claims below come after the wake-ups they follow
     margin = dt.timedelta(seconds=conf.get().CLAIM_FLOOR_MARGIN_SECONDS)
     every = conf.get().CLAIM_FULL_SCAN_SECONDS
-    assert floors.seeks(["q"], now=0.0) == []  # never read: a full read first
+    assert floors.seeks(["q"], now=b + 0.0) == []  # never read: a full read first
     t = db_now()
 
     def lease(priority: int, due: dt.datetime) -> store.Lease:
@@ -185,24 +186,52 @@ def test_floors_follow_claims_and_wakeups_and_yield_to_a_full_read_when_due() ->
             created_at=t, executor=EXEC, priority=priority, due_at=due,
         )  # fmt: skip
 
-    floors.learn(["q"], [lease(0, t)], limit=8, full=True, now=0.0)  # short: saw everything
-    assert floors.seeks(["q"], now=1.0) == [("q", 0, t - margin)]
+    floors.learn(["q"], [lease(0, t)], limit=8, full=True, now=b + 0.0)  # short: saw everything
+    assert floors.seeks(["q"], now=b + 1.0) == [("q", 0, t - margin)]
     floors.woken("q", 0, t - dt.timedelta(minutes=5))  # an enqueue that committed late
     floors.woken("q", 9, t)  # a priority not seen yet
-    assert floors.seeks(["q"], now=1.0) == [
+    assert floors.seeks(["q"], now=b + 1.0) == [
         ("q", 0, t - dt.timedelta(minutes=5) - margin),
         ("q", 9, t - margin),
     ]
-    floors.learn(["q"], [lease(0, t), lease(9, t)], limit=2, full=False, now=1.5)
-    assert floors.seeks(["q"], now=1.5) == [("q", 0, t - margin), ("q", 9, t - margin)]
+    floors.learn(["q"], [lease(0, t), lease(9, t)], limit=2, full=False, now=b + 1.5)
+    assert floors.seeks(["q"], now=b + 1.5) == [("q", 0, t - margin), ("q", 9, t - margin)]
     # A full read cut off by its limit may have left priorities unseen: once a claim from the
     # floors comes up short, the next reads from the start.
-    floors.learn(["q"], [lease(9, t)], limit=1, full=True, now=2.0)
-    floors.learn(["q"], [], limit=1, full=False, now=2.1)
-    assert floors.seeks(["q"], now=2.2) == []
-    floors.learn(["q"], [], limit=1, full=True, now=3.0)
-    assert floors.seeks(["q"], now=3.0 + every - 0.1) != []
-    assert floors.seeks(["q"], now=3.0 + every) == []
+    floors.learn(["q"], [lease(9, t)], limit=1, full=True, now=b + 2.0)
+    floors.learn(["q"], [], limit=1, full=False, now=b + 2.1)
+    assert floors.seeks(["q"], now=b + 2.2) == []
+    floors.learn(["q"], [], limit=1, full=True, now=b + 3.0)
+    assert floors.seeks(["q"], now=b + 3.0 + every - 0.1) != []
+    assert floors.seeks(["q"], now=b + 3.0 + every) == []
+
+
+def test_a_wakeup_during_a_claim_keeps_the_floor_at_its_job() -> None:
+    """A claim sent before a late job's wake-up did not see that job: the claim's result may
+    not raise the floor past it; a claim sent after may."""
+    floors = store.ClaimFloors()
+    margin = dt.timedelta(seconds=conf.get().CLAIM_FLOOR_MARGIN_SECONDS)
+    t = db_now()
+
+    def lease(due: dt.datetime) -> store.Lease:
+        return store.Lease(
+            job_id=1, fence=1, attempt=1, attempt_id=1, kind="run", name="x", queue="q",
+            payload={}, lease_seconds=30, effect="at_least_once", max_attempts=1,
+            created_at=t, executor=EXEC, priority=0, due_at=due,
+        )  # fmt: skip
+
+    floors.learn(["q"], [lease(t)], limit=8, full=True, now=time.monotonic())
+    sent = time.monotonic()
+    late = t - dt.timedelta(seconds=30)
+    floors.woken("q", 0, late)  # arrives while the claim below is under way
+    floors.learn(["q"], [lease(t + dt.timedelta(seconds=5))], limit=1, full=False, now=sent)
+    assert floors.seeks(["q"], now=time.monotonic()) == [("q", 0, late - margin)]
+    floors.learn(
+        ["q"], [lease(t + dt.timedelta(seconds=5))], limit=1, full=False, now=time.monotonic()
+    )
+    assert floors.seeks(["q"], now=time.monotonic()) == [
+        ("q", 0, t + dt.timedelta(seconds=5) - margin)
+    ]
 
 
 @pytest.mark.skipif(connection.vendor != "postgresql", reason="claim floors are PostgreSQL's")
