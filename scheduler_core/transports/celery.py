@@ -89,19 +89,41 @@ _finished_here = _Recent(100_000, ttl=60.0)
 
 
 def _process_executor() -> tuple[str, executor.Heartbeater]:
-    """This worker process's identity and heartbeat thread, created after fork."""
+    """This worker process's identity and heartbeat thread, created after fork.
+
+    Raises :class:`DatabaseError` while the process cannot register; the next call tries
+    again (a pool process forked while the database restarts registers once it is back)."""
     with _lock:
         if _state.get("pid") != os.getpid():
             executor.limit_idle_transactions()
             db_connection.close()  # reopened with the limit
             executor_id = store.new_executor_id("celery")
-            store.executor_started(
-                executor_id, transport="celery", queues=_consumed_queues(), concurrency=1
-            )
             hb = executor.Heartbeater(executor_id)
-            hb.start()
+            _state.clear()
             _state.update(pid=os.getpid(), ppid=os.getppid(), id=executor_id, hb=hb)
+        if not _state.get("registered"):
+            store.executor_started(
+                _state["id"], transport="celery", queues=_consumed_queues(), concurrency=1
+            )
+            _state["hb"].start()
+            _state["registered"] = True
         return _state["id"], _state["hb"]
+
+
+def _register_until_done() -> None:
+    """Retry this pool process's registration once a second until it succeeds or the
+    process should stop: until it is registered no process sends its queues hints, so a
+    pool process that could not reach the database at fork would otherwise wait for a
+    message that never comes."""
+    while not stopping():
+        time.sleep(1.0)
+        try:
+            _process_executor()
+            log.info("pool process %s registered as %s", os.getpid(), _state["id"])
+            return
+        except DatabaseError as exc:
+            log.warning("pool process %s not registered yet: %s", os.getpid(), exc)
+            executor.drop_connection_if_broken()
 
 
 def _consumed_queues() -> list[str]:
@@ -119,8 +141,13 @@ def _consumed_queues() -> list[str]:
 @worker_process_init.connect  # type: ignore[untyped-decorator]
 def _process_started(**_: Any) -> None:
     """Register the pool process (prefork, solo) before its first message: until a live
-    consumer of its queues is registered, no process sends them hints."""
-    _process_executor()
+    consumer of its queues is registered, no process sends them hints. When the database
+    cannot be reached now, a thread keeps trying."""
+    try:
+        _process_executor()
+    except DatabaseError as exc:
+        log.warning("pool process %s could not register, retrying: %s", os.getpid(), exc)
+        threading.Thread(target=_register_until_done, name="tenure-register", daemon=True).start()
 
 
 @worker_shutting_down.connect  # type: ignore[untyped-decorator]

@@ -125,3 +125,44 @@ def test_a_job_left_unclaimed_gets_hints_ever_further_apart(
     assert state(due_ago=27, hinted_ago=14)
     assert not state(due_ago=600, hinted_ago=200)  # hinted when 400 s due: wait 400
     assert state(due_ago=900, hinted_ago=450)
+
+
+def test_a_pool_process_that_cannot_register_at_fork_registers_when_the_database_returns(
+    monkeypatch: pytest.MonkeyPatch, settings: Any
+) -> None:
+    """A Celery pool process forked while the database restarts cannot register; until it is
+    registered nobody hints its queues, so it must keep trying on its own rather than wait for
+    a message that never comes (a fault run's broker queue once waited forever so)."""
+    import time
+
+    from django.db import OperationalError
+
+    from scheduler_core.models import Executor
+    from scheduler_core.transports import celery as celery_transport
+
+    settings.TENURE_TRANSPORT = "celery"
+    settings.TENURE_BROKER_QUEUES = ()
+    refusals = [OperationalError("the database system is starting up")] * 2
+    real = store.executor_started
+
+    def starting_up(*args: Any, **kwargs: Any) -> None:
+        if refusals:
+            raise refusals.pop()
+        real(*args, **kwargs)
+
+    monkeypatch.setattr(store, "executor_started", starting_up)
+    monkeypatch.setattr(celery_transport, "_state", {})
+    celery_transport._process_started()  # the worker_process_init handler; must not raise
+    assert not Executor.objects.filter(transport="celery").exists()
+    consumed = frozenset(celery_transport._consumed_queues())
+    assert not transports.CONSUMERS.queues("celery")
+    deadline = time.monotonic() + 10
+    while not Executor.objects.filter(transport="celery").exists():
+        assert time.monotonic() < deadline, "the pool process never registered"
+        time.sleep(0.1)
+    try:
+        transports.CONSUMERS.forget()
+        assert transports.CONSUMERS.queues("celery") == consumed
+        assert refusals == []
+    finally:
+        celery_transport._state["hb"].stop()
