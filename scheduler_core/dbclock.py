@@ -15,22 +15,29 @@ from django.utils.dateparse import parse_datetime
 
 
 class DbNow(Func):
-    """The database's current time, optionally plus ``seconds`` (may be negative)."""
+    """The database's current time, optionally plus ``seconds`` (may be negative).
+
+    ``search=True`` is for a bound that only picks candidates which a fenced write then
+    re-checks with the wall time: on PostgreSQL it is the statement's start
+    (``statement_timestamp()``, stable within the statement), which can bound an index scan,
+    where the volatile ``clock_timestamp()`` is only a filter applied to every entry read."""
 
     output_field = DateTimeField()
 
-    def __init__(self, seconds: float = 0.0) -> None:
+    def __init__(self, seconds: float = 0.0, *, search: bool = False) -> None:
         super().__init__()
         self.seconds = float(seconds)
+        self.search = search
 
     def as_sql(  # type: ignore[override]  # the vendor decides; Func's templating is unused
         self, compiler: Any, connection: Any, **extra: Any
     ) -> tuple[str, list[Any]]:
         vendor = connection.vendor
         if vendor == "postgresql":
+            now = "statement_timestamp()" if self.search else "clock_timestamp()"
             if self.seconds:
-                return "(clock_timestamp() + make_interval(secs => %s))", [self.seconds]
-            return "clock_timestamp()", []
+                return f"({now} + make_interval(secs => %s))", [self.seconds]
+            return now, []
         if vendor == "sqlite":
             if self.seconds:
                 return "strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now', %s)", [

@@ -20,6 +20,7 @@ import socket
 import threading
 import time
 import uuid
+import weakref
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -489,8 +490,29 @@ def _pg_rows(sql: str, params: Sequence[Any]) -> list[Any]:
         # on the client and are never prepared either way.
         raw.prepare_threshold = 1 << 30
     with conn.wrap_database_errors, psycopg.Cursor(raw) as cur:
+        if prepare:
+            _replan_if_due(cur, raw)
         cur.execute(sql, params, prepare=prepare)
         return cur.fetchall()
+
+
+_planned_at: weakref.WeakKeyDictionary[Any, float] = weakref.WeakKeyDictionary()
+"""When each connection last dropped its prepared statements (monotonic seconds)."""
+
+
+def _replan_if_due(cur: Any, raw: Any) -> None:
+    """Drop this connection's prepared statements every ``REPLAN_SECONDS``, so each is
+    planned again from the table as it now is. A generic plan made while the table was nearly
+    empty and never analysed reads it whole, and nothing else replaces that plan until the
+    server's statistics of the table change (tests/db/test_claim_plan.py)."""
+    now = time.monotonic()
+    at = _planned_at.get(raw)
+    if at is not None and now - at < conf.get().REPLAN_SECONDS:
+        return
+    if at is not None:
+        # The driver recognises the command and forgets its own names for them too.
+        cur.execute("DEALLOCATE ALL", prepare=False)
+    _planned_at[raw] = now
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1195,6 +1217,22 @@ def _abandoned(
     )
 
 
+def expired_leases(grace: float) -> Any:
+    """The leased jobs whose lease expired more than ``grace`` seconds ago, oldest expiry
+    first, locked ``SKIP LOCKED`` on PostgreSQL (call inside a transaction)."""
+    qs = (
+        Job.objects.using(DB)
+        # A bound the leases index can stop at: with the wall clock as a mere filter, every
+        # sweep read the whole index, and under a held snapshot that is an entry for every
+        # job leased since (the reaper's write re-checks the expiry with the wall clock).
+        .filter(state=states.State.LEASED, lease_expires_at__lt=DbNow(-grace, search=True))
+        .order_by("lease_expires_at")
+    )
+    if connections[DB].vendor == "postgresql":
+        qs = qs.select_for_update(skip_locked=True)
+    return qs
+
+
 def reap(*, limit: int = 100, rng: random.Random | None = None) -> Counter[str]:
     """Move jobs whose lease expired (by the database's clock, plus a grace) on.
 
@@ -1208,14 +1246,7 @@ def reap(*, limit: int = 100, rng: random.Random | None = None) -> Counter[str]:
     counts: Counter[str] = Counter()
     conn = connections[DB]
     with transaction.atomic(using=DB):
-        qs = (
-            Job.objects.using(DB)
-            .filter(state=states.State.LEASED, lease_expires_at__lt=DbNow(-grace))
-            .order_by("lease_expires_at")
-        )
-        if conn.vendor == "postgresql":
-            qs = qs.select_for_update(skip_locked=True)
-        jobs = list(qs[:limit])
+        jobs = list(expired_leases(grace)[:limit])
         if not jobs:
             return counts
         now = to_datetime(_now(conn))
@@ -2047,7 +2078,7 @@ def prune_finished(state: str, older_than: float, *, limit: int = 1000) -> int:
 _PRUNE_SQL = f"""
     WITH doomed AS (
         SELECT j.id FROM tenure_job j
-        WHERE j.state = %s AND j.updated_at < clock_timestamp() - make_interval(secs => %s)
+        WHERE j.state = %s AND j.updated_at < statement_timestamp() - make_interval(secs => %s)
           AND NOT EXISTS (SELECT 1 FROM tenure_audit a WHERE a.job_id = j.id)
           AND NOT EXISTS (
             SELECT 1 FROM tenure_effect e WHERE e.job_id = j.id
@@ -2066,7 +2097,10 @@ _PRUNE_SQL = f"""
     DELETE FROM tenure_job WHERE id IN (SELECT id FROM doomed) AND state = %s RETURNING id
 """
 """:func:`prune_finished` on PostgreSQL: one statement; rows another transaction holds are
-skipped (two schedulers pruning at once delete disjoint batches)."""
+skipped (two schedulers pruning at once delete disjoint batches). The cut-off is the
+statement's time, not ``clock_timestamp()``: a volatile bound is no index condition, and every
+round then read the whole state's range of ``tenure_job_state`` (25,000 succeeded jobs, 25 ms,
+in a soak's third minute) to delete nothing."""
 
 
 def refresh_count_snapshot(*, older_than: float) -> bool:

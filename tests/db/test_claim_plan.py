@@ -119,6 +119,86 @@ def test_executor_connections_plan_the_prepared_statements_once() -> None:
     assert Job.objects.filter(state="leased").count() == 7
 
 
+def _prepared_plan(fragment: str, params: list[Any]) -> str:
+    """The plan this connection's prepared statement containing ``fragment`` now runs on
+    (``EXPLAIN EXECUTE``: with ``force_generic_plan``, its cached generic plan)."""
+    with connection.cursor() as cur:
+        cur.execute(
+            "SELECT name FROM pg_prepared_statements WHERE statement LIKE %s",
+            [f"%{fragment}%"],
+        )
+        [(name,)] = cur.fetchall()
+        marks = ", ".join(["%s"] * len(params))
+        cur.execute(f"EXPLAIN EXECUTE {name}({marks})", params)
+        return "\n".join(r[0] for r in cur.fetchall())
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL's plan cache")
+def test_a_plan_made_on_an_empty_table_is_replaced_once_the_table_has_grown(
+    settings: Any,
+) -> None:
+    """A generic plan is kept until the table's statistics change. Made when the table was
+    empty, it read the whole table on every claim and completion; each connection plans its
+    statements afresh every TENURE_REPLAN_SECONDS."""
+    settings.TENURE_REPLAN_SECONDS = 0.5
+    with connection.cursor() as cur:
+        cur.execute("SET plan_cache_mode = force_generic_plan")
+        cur.execute("ANALYZE tenure_job")  # empty: the statistics say no rows, no pages
+    shape = store._claim_shape(by_id=False, nqueues=1, floors=False)
+    params = [
+        *store._claim_params(shape, executor=EXEC, queues=["plan_a"], limit=1),
+        *store._complete_params([]),
+    ]
+    store.FLOORS.forget()
+    store.complete_many_and_claim([], executor=EXEC, queues=["plan_a"], limit=1)
+    before = _prepared_plan("done AS (", params)
+    # What the planner makes of an empty table: read it (what this test is about).
+    assert "Seq Scan on tenure_job" in before, before
+    in_a.enqueue_many([{"n": i} for i in range(5000)])
+    store.FLOORS.forget()
+    store.complete_many_and_claim([], executor=EXEC, queues=["plan_a"], limit=1)
+    assert "Seq Scan on tenure_job" in _prepared_plan("done AS (", params)  # still the old plan
+    time.sleep(0.6)
+    store.FLOORS.forget()
+    [lease] = store.complete_many_and_claim([], executor=EXEC, queues=["plan_a"], limit=1)[2]
+    after = _prepared_plan("done AS (", params)
+    assert "Seq Scan on tenure_job" not in after, after
+    assert "Index Scan using tenure_job_pkey on tenure_job j" in after, after
+    # and the statement still runs, on the driver's fresh name for it
+    _xid, done, _ = store.complete_many_and_claim(
+        [lease], executor=EXEC, queues=["plan_a"], limit=0
+    )
+    assert done == {lease.job_id}
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL's planner")
+@pytest.mark.parametrize("search", ["reaper", "retention"])
+def test_the_reaper_and_retention_stop_their_index_walks_at_their_time_bound(search: str) -> None:
+    """Their time bounds are index conditions (the statement's time, not the volatile wall
+    clock, which is only a filter): a sweep reads the expired leases or the old jobs, not
+    every entry of the index, which under a held snapshot includes every job leased since."""
+    from scheduler_core.dbclock import DbNow
+
+    if search == "reaper":
+        with transaction.atomic():
+            sql, params = store.expired_leases(1.0)[:100].query.sql_with_params()
+        index, column = "tenure_job_leases", "lease_expires_at"
+    else:
+        sql, params = store._PRUNE_SQL, ["succeeded", 3600.0, 1000, "succeeded"]
+        index, column = "tenure_job_state", "updated_at"
+    in_a.enqueue_many([{"n": i} for i in range(3000)])
+    Job.objects.update(
+        state="leased" if search == "reaper" else "succeeded",
+        lease_expires_at=DbNow(60),
+    )
+    with connection.cursor() as cur:
+        cur.execute("ANALYZE tenure_job")
+    plan = _plan(sql, list(params))
+    conds = [line for line in plan.splitlines() if "Index Cond" in line]
+    assert f"using {index}" in plan, plan
+    assert any(column in line for line in conds), plan
+
+
 def _claim_index_buffers(sql: str, params: list[Any]) -> int:
     """Shared buffers the statement's reads of the claim index touched (``EXPLAIN (ANALYZE,
     BUFFERS)``: index and rows visited), rolled back."""
