@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import datetime as dt
 import json
 import math
@@ -169,7 +170,7 @@ class Shape:
 class SoakTenure(Tenure):
     """Tenure: 2 x ``run_executor --concurrency 8`` and one ``run_scheduler``."""
 
-    shape = Shape(
+    soak_shape = Shape(
         table_like="tenure\\_%",
         main_tables=("tenure_job", "tenure_attempt"),
         claim_like=("%FOR UPDATE%SKIP LOCKED%", "%tenure_job%"),
@@ -197,10 +198,36 @@ class SoakTenure(Tenure):
         return [self.executor_cmd(EXECUTOR_CONCURRENCY)] * WORKER_PROCESSES + [self.scheduler_cmd()]
 
 
+class SoakTenureDefaults(SoakTenure):
+    """The same executors under the example project's default transport: Celery on the
+    filesystem broker, with no Celery worker running. Hints must cost nothing when nobody
+    consumes them: the queue wait should match the broker-less run's."""
+
+    soak_shape = dataclasses.replace(
+        SoakTenure.soak_shape,
+        config=SoakTenure.soak_shape.config.replace(
+            "`TENURE_TRANSPORT=polling` (LISTEN/NOTIFY, poll fallback)",
+            "`TENURE_TRANSPORT=celery` (the example project's default) on the filesystem "
+            "broker, **no Celery worker running**: only the broker-less executors take jobs",
+        ),
+    )
+
+    def __init__(self) -> None:
+        Tenure.__init__(
+            self,
+            key="tenure-celery-defaults",
+            db="soak_tenure",
+            TENURE_JOB_MODULES="bench.tenure_jobs,bench.peers.tenure_soak",
+            TENURE_TRANSPORT="celery",
+            CELERY_BROKER_URL="filesystem://",
+        )
+        self.label = "Tenure (example defaults: Celery transport, no Celery worker)"
+
+
 class SoakPgQueuer(PgQueuer):
     """pgqueuer on asyncpg, batch 4, at most 8 tasks per process, its autovacuum settings."""
 
-    shape = Shape(
+    soak_shape = Shape(
         table_like="pgqueuer%",
         main_tables=("pgqueuer", "pgqueuer_log"),
         claim_like=("%SKIP LOCKED%", "%pgqueuer%"),
@@ -240,7 +267,7 @@ class SoakPgQueuer(PgQueuer):
 class SoakProcrastinate(Procrastinate):
     """procrastinate: 2 x ``procrastinate worker --concurrency 8`` on async tasks."""
 
-    shape = Shape(
+    soak_shape = Shape(
         table_like="procrastinate\\_%",
         main_tables=("procrastinate_jobs", "procrastinate_events"),
         claim_like=("%procrastinate_fetch_job%",),
@@ -278,13 +305,14 @@ class SoakProcrastinate(Procrastinate):
 
 SOAK_SYSTEMS: dict[str, type[System]] = {
     "tenure": SoakTenure,
+    "tenure-celery-defaults": SoakTenureDefaults,
     "pgqueuer": SoakPgQueuer,
     "procrastinate": SoakProcrastinate,
 }
 
 
 def _shape(system: System) -> Shape:
-    return system.shape  # type: ignore[attr-defined, no-any-return]
+    return system.soak_shape  # type: ignore[attr-defined, no-any-return]
 
 
 # ---------------------------------------------------------------------------------------------
