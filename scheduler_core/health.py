@@ -339,9 +339,9 @@ def database_pressure() -> dict[str, Any] | None:
 
     ``held_back`` is true when a snapshot has been held longer than
     ``HELD_BACK_AFTER_SECONDS`` and the job table carries more than ``HELD_BACK_DEAD_ROWS``
-    dead rows: claims then still seek past them (``store.ClaimFloors``), but the table and
-    its indexes grow until the snapshot ends, and so do the dashboard's and the reaper's
-    reads. ``oldest`` names the session (pid, application, state, its transaction's start),
+    dead rows: claims still seek past them (``store.ClaimFloors``), completions find their
+    rows by key and the reaper and retention stop at their time bounds, but the table and its
+    indexes grow until the snapshot ends, and so do the dashboard's counts. ``oldest`` names the session (pid, application, state, its transaction's start),
     so an operator can find and end it.
     """
     from django.db import connection
