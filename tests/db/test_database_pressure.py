@@ -3,11 +3,13 @@
 
 from __future__ import annotations
 
+import io
 import time
 from typing import Any
 
 import psycopg
 import pytest
+from django.core.management import call_command
 from django.db import connection
 from django.test import Client
 
@@ -58,6 +60,9 @@ def test_a_held_snapshot_and_the_dead_rows_it_keeps_are_reported(
         assert p["oldest_snapshot"]["application"] == "forgotten-report"
         assert p["oldest_snapshot_seconds"] >= 0.5
         assert health.status()["database"]["held_back"] is True
+        out = io.StringIO()
+        call_command("jobs_status", stdout=out)
+        assert "forgotten-report" in out.getvalue() and "HELD BACK" in out.getvalue()
         page = admin_client.get("/ops/").content.decode()
         assert 'id="held-back"' in page and "forgotten-report" in page
         from scheduler_core import metrics

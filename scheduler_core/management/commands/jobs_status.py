@@ -25,3 +25,17 @@ class Command(BaseCommand):
         self.stdout.write("health:   " + "  ".join(f"{k}={v}" for k, v in status["health"].items()))
         self.stdout.write(f"executors alive: {status['executors']['alive']}")
         self.stdout.write(f"stale writes refused: {status['stale_writes_refused']['total']}")
+        db = status.get("database")
+        if db:
+            oldest = db["oldest_snapshot"]
+            held = (
+                f"pid {oldest['pid']} ({oldest['application'] or 'no application name'}, "
+                f"{oldest['state']}) for {db['oldest_snapshot_seconds']:g} s"
+                if oldest
+                else "none"
+            )
+            verdict = "HELD BACK: end that session" if db["held_back"] else "not held back"
+            self.stdout.write(
+                f"database: oldest snapshot {held}; job table dead rows "
+                f"{db['job_dead_rows']:,}; {verdict}"
+            )
