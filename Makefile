@@ -59,9 +59,14 @@ chaos-deps:
 
 ## Benchmarks against peers (bench/README.md), in an environment of their own under var/:
 ## `make bench` is the quick profile (about 10 minutes on 2 cores), `make bench-full` the full one.
-## Both need PostgreSQL (127.0.0.1:5432) and Redis (127.0.0.1:6379); reports go to bench/results/.
+## Both drain every system at its best (2 processes x 8 concurrent jobs, the headline) and in the
+## same shape (N processes of one job at a time), on a PostgreSQL cluster the run initdb's for
+## itself (production defaults, autovacuum on; removed afterwards), and need Redis
+## (127.0.0.1:6379); reports go to bench/results/. BENCH_ARGS passes more options, e.g.
+## BENCH_ARGS="--server shared" (the server at 127.0.0.1:5432) or BENCH_ARGS="--shapes best".
 BENCH_VENV := var/bench-venv
 BENCH_PY := $(BENCH_VENV)/bin/python
+BENCH_ARGS ?=
 .PHONY: bench bench-full bench-venv
 
 $(BENCH_VENV)/.installed: pyproject.toml bench/requirements.txt
@@ -73,10 +78,10 @@ $(BENCH_VENV)/.installed: pyproject.toml bench/requirements.txt
 bench-venv: $(BENCH_VENV)/.installed
 
 bench: bench-venv
-	PYTHONPATH=. $(BENCH_PY) -m bench.run --profile quick
+	PYTHONPATH=. $(BENCH_PY) -m bench.run --profile quick $(BENCH_ARGS)
 
 bench-full: bench-venv
-	PYTHONPATH=. $(BENCH_PY) -m bench.run --profile full
+	PYTHONPATH=. $(BENCH_PY) -m bench.run --profile full $(BENCH_ARGS)
 
 ## The soak (bench/README.md, "Soak"): Tenure, pgqueuer and procrastinate one after another on a
 ## PostgreSQL cluster of its own (production defaults, autovacuum on), each SOAK_MINUTES under

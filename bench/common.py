@@ -76,6 +76,7 @@ def server_facts() -> dict[str, str]:
     """The server settings the report records (durability first)."""
     names = [
         "server_version",
+        "autovacuum",
         "fsync",
         "synchronous_commit",
         "full_page_writes",
@@ -86,6 +87,20 @@ def server_facts() -> dict[str, str]:
     ]
     with connect() as conn:
         return {n: str(conn.execute(f"SHOW {n}").fetchone()[0]) for n in names}  # type: ignore[index]
+
+
+def non_default_settings() -> dict[str, str]:
+    """Every setting the server reports as set by its configuration or command line (not at
+    its built-in default), as ``value (source)``."""
+    with connect() as conn:
+        return {
+            r[0]: f"{r[1]} ({r[2]})"
+            for r in conn.execute(
+                "SELECT name, current_setting(name), source FROM pg_settings "
+                "WHERE source NOT IN ('default', 'override', 'client', 'session') "
+                "ORDER BY name"
+            )
+        }
 
 
 @dataclass
@@ -226,6 +241,26 @@ def median(values: Sequence[float]) -> float:
     """The median of the finite values; NaN when there are none."""
     xs = [v for v in values if v == v]
     return statistics.median(xs) if xs else float("nan")
+
+
+def steady_window(progress: Sequence[tuple[float, int]], total: int) -> tuple[float, float] | None:
+    """When 10 % and 90 % of ``total`` were done, interpolated between ``(time, done)``
+    samples; ``None`` when 90 % was never reached."""
+
+    def when(target: float) -> float | None:
+        prev_t, prev_d = None, None
+        for t, d in progress:
+            if d >= target:
+                if prev_t is None or prev_d is None or d == prev_d:
+                    return t
+                return prev_t + (t - prev_t) * (target - prev_d) / (d - prev_d)
+            prev_t, prev_d = t, d
+        return None
+
+    t_lo, t_hi = when(0.1 * total), when(0.9 * total)
+    if t_lo is None or t_hi is None or t_hi <= t_lo:
+        return None
+    return t_lo, t_hi
 
 
 def steady_rate(progress: Sequence[tuple[float, int]], total: int) -> float:

@@ -3,11 +3,17 @@
 Every figure is the median over rounds; every ratio is the median over rounds of the ratio of
 Tenure's figure to the peer's figure *in the same round*. For throughput a ratio above 1 means
 Tenure did more; for latency and response time a ratio below 1 means Tenure was faster.
+
+The drain has two tables: every system at its best (2 processes x 8 concurrent jobs, each as
+its documentation recommends: the headline) and the same shape for all (N processes of one job
+at a time: not the headline). Both give the whole run (enqueue returned to last job done,
+start-up included) beside the 10-90 % window.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -73,11 +79,22 @@ def write(data: dict[str, Any], out_dir: Path, stem: str) -> Path:
         "measures: [bench/README.md](../README.md)."
     )
     add("")
+    if data.get("command"):
+        add(f"Produced by `{data['command']}`.")
+        add("")
+    add(_server_line(data))
+    add("")
     add(f"![throughput and latency]({stem}.png)")
     add("")
 
     # ---- targets -------------------------------------------------------------------------
     add("## Targets")
+    add("")
+    add(
+        "The drain targets are read from the headline table (each system at its best) where "
+        "the peer is in it, and judged on the 10-90 % rate, as they were set; the whole-run "
+        "figure is shown beside it."
+    )
     add("")
     add("| target | measured | met |")
     add("|---|---|---|")
@@ -94,44 +111,256 @@ def write(data: dict[str, Any], out_dir: Path, stem: str) -> Path:
             add(f"- **{name}** (measured {measured}). {why}")
         add("")
 
-    # ---- drain ---------------------------------------------------------------------------
-    add("## Drain: no-op jobs finished per second")
+    # ---- drain at their best ---------------------------------------------------------------
+    best_systems: dict[str, str] = data.get("best_systems", {})
+    if best_systems:
+        _best_section(data, add)
+
+    # ---- drain, same shape ---------------------------------------------------------------
+    if systems and workers:
+        _same_section(data, add)
+
+    if systems:
+        _workload_sections(data, add)
+
+    # ---- setup ---------------------------------------------------------------------------
+    add("## Setup")
+    add("")
+    add(f"- Command: `{data.get('command', 'not recorded')}`")
+    add(f"- Machine: {data['machine']}")
+    srv = data["server"]
+    add(f"- {_server_line(data)}")
+    add(
+        f"- PostgreSQL {srv.get('server_version')}: autovacuum={srv.get('autovacuum', 'n/a')}, "
+        f"fsync={srv.get('fsync')}, synchronous_commit={srv.get('synchronous_commit')}, "
+        f"full_page_writes={srv.get('full_page_writes')}, wal_level={srv.get('wal_level')}, "
+        f"shared_buffers={srv.get('shared_buffers')}, max_connections="
+        f"{srv.get('max_connections')} (read with SHOW at the start of the run)"
+    )
+    not_default = data.get("cluster", {}).get("not_default", {})
+    if not_default:
+        add(
+            "- Settings the server reports as not at their built-in default: "
+            + ", ".join(f"`{k}` = {v}" for k, v in not_default.items())
+        )
+    add(
+        f"- pgbench: {_f(_med(rounds, 'pgbench', 'tps'))} TPS median (`pgbench -N -c 2 -j 2`, "
+        "same server)"
+    )
+    add("- Versions: " + ", ".join(f"{k} {v}" for k, v in data["versions"].items()))
+    add(f"- Profile: {prof}")
+    add("- Each system's exact configuration is listed under its drain table (`bench/systems.py`).")
+    add("")
+
+    md = out_dir / f"{stem}.md"
+    md.write_text("\n".join(lines) + "\n")
+    _plot(data, out_dir / f"{stem}.png")
+    return md
+
+
+def _server_line(data: dict[str, Any]) -> str:
+    """Which PostgreSQL cluster the run used, and whether autovacuum was on."""
+    cluster = data.get("cluster", {})
+    srv = data["server"]
+    autovac = srv.get("autovacuum", "not recorded")
+    if cluster.get("kind") == "own":
+        changed = ", ".join(f"`{k}={v}`" for k, v in cluster.get("changed_by_run", {}).items())
+        return (
+            f"Server: a PostgreSQL {srv.get('server_version')} cluster of the run's own, "
+            f"`initdb`'d into `{cluster.get('folder')}` and listening on "
+            f"{cluster.get('address')} (the soak's cluster class), with PostgreSQL's defaults "
+            f"(production defaults) except {changed or 'nothing'}, its port and its socket "
+            f"folder; **autovacuum {autovac}**; removed after the run."
+        )
+    if cluster.get("kind") == "shared":
+        return (
+            f"Server: the machine's shared PostgreSQL {srv.get('server_version')} cluster at "
+            f"{cluster.get('address')}, as configured (its configuration file keeps "
+            f"autovacuum off for CI): **autovacuum {autovac}**."
+        )
+    return f"Server: PostgreSQL {srv.get('server_version')}; autovacuum {autovac}."
+
+
+def _all_complete(rounds: list[dict[str, Any]], *path: str) -> tuple[int, int]:
+    """How many rounds ran the drain at ``path`` to the last job, out of how many ran it."""
+    ran = [r for r in rounds if not math.isnan(_get(r, *path, "jobs"))]
+    done = [r for r in ran if _get(r, *path, "done") >= _get(r, *path, "jobs")]
+    return len(done), len(ran)
+
+
+def _whole_cells(rounds: list[dict[str, Any]], *path: str) -> tuple[str, str]:
+    """The whole-run time and rate of a drain, marked when a round was time-boxed."""
+    complete, ran = _all_complete(rounds, *path)
+    rate = _f(_med(rounds, *path, "whole_per_second"))
+    if ran and complete == ran:
+        return f"{_med(rounds, *path, 'whole_seconds'):,.2f}", rate
+    done = _med(rounds, *path, "done")
+    box = _med(rounds, *path, "timeout")
+    return (
+        f"time-boxed at {_f(box)} s in {ran - complete} of {ran} rounds ({_f(done)} done)",
+        f"{rate} (over the box)",
+    )
+
+
+DRAIN_METHOD = (
+    "The jobs are enqueued first (one bulk call where the system has one; Celery alone one "
+    "message at a time), and the worker processes are started the moment the enqueue "
+    "returned. **Whole run** = from the enqueue's return to the last job done, the workers' "
+    "start-up included (the finished count is polled every 0.05 s); its jobs/s = jobs / whole "
+    "run. **10-90 %** = the rate between 10 % and 90 % done, which leaves out most of the "
+    "start-up and the tail. **First job** = seconds from the enqueue's return to the first job "
+    "done (mostly start-up)."
+)
+
+
+def _best_section(data: dict[str, Any], add: Callable[[str], None]) -> None:
+    """The headline: every system at its best, whole run beside the 10-90 % window."""
+    rounds: list[dict[str, Any]] = data["rounds"]
+    prof = data["profile"]
+    best: dict[str, str] = data["best_systems"]
+    add("## Drain at their best (the headline): 2 processes x 8 concurrent jobs each")
     add("")
     add(
-        f"{prof['drain_jobs']:,} jobs pre-loaded, then N worker processes started; rate taken "
-        "between 10 % and 90 % done (start-up excluded; 'wall' includes it). "
+        f"{prof['best_jobs']:,} no-op jobs, each system in the configuration its own "
+        "documentation recommends for throughput (listed below, with the pages in "
+        "[bench/README.md](../README.md)); 2 worker processes of 8 concurrent jobs each. "
+        f"{DRAIN_METHOD} Time-box {prof['best_timeout']:.0f} s."
+    )
+    add("")
+    add(
+        "| system | whole run (s) | jobs/s, whole run | 10-90 % window (s) | jobs/s, 10-90 % "
+        "| first job (s) |"
+    )
+    add("|---|---|---|---|---|---|")
+    for key, label in best.items():
+        whole_s, whole_rate = _whole_cells(rounds, "best", key)
+        add(
+            f"| {label} | {whole_s} | {whole_rate} | "
+            f"{_f(_med(rounds, 'best', key, 'window_seconds'), 2)} | "
+            f"{_f(_med(rounds, 'best', key, 'per_second'))} | "
+            f"{_f(_med(rounds, 'best', key, 'first_done_seconds'), 2)} |"
+        )
+    tps = _med(rounds, "pgbench", "tps")
+    if not math.isnan(tps):
+        add(f"| pgbench `-N -c 2 -j 2`, same server (ceiling reference) | | | | {_f(tps)} TPS | |")
+    add("")
+    add(
+        "Tenure (broker-less) / peer, and Tenure (Celery executor) / Celery alone, both at "
+        "their best, same round:"
+    )
+    add("")
+    add("| peer | whole run | 10-90 % |")
+    add("|---|---|---|")
+    for key, label in best.items():
+        if key == TENURE:
+            continue
+        mine = TENURE_CELERY if key == "celery" else TENURE
+        if mine not in best:
+            continue
+        who = "Tenure (Celery executor) / " if key == "celery" else ""
+        whole = _ratio(
+            rounds, ("best", mine, "whole_per_second"), ("best", key, "whole_per_second")
+        )
+        steady = _ratio(rounds, ("best", mine, "per_second"), ("best", key, "per_second"))
+        add(f"| {who}{label} | {_r(whole)} | {_r(steady)} |")
+    if TENURE in best and not math.isnan(tps):
+        whole = _med(rounds, "best", TENURE, "whole_per_second") / tps
+        steady = _med(rounds, "best", TENURE, "per_second") / tps
+        add(f"| pgbench write TPS (Tenure broker-less / TPS) | {whole:.0%} | {steady:.0%} |")
+    add("")
+    if TENURE_CELERY in best:
+        add(CELERY_NOTE)
+        add("")
+        add(CELERY_WHOLE_RUN_NOTE)
+        add("")
+    add("Configurations (exact commands; `bench/systems.py`):")
+    add("")
+    add("| system | configuration |")
+    add("|---|---|")
+    for key, label in best.items():
+        add(f"| {label} | {data.get('configs', {}).get('best', {}).get(key, 'not recorded')} |")
+    add("")
+    add(
+        "django-tasks-db and django-q2 are not in this table: neither runs more than one job "
+        "at a time in a worker process (django-tasks-db's `db_worker` has no concurrency "
+        "option; django-q2's concurrency is its number of worker processes), so they cannot "
+        "be given this shape. They are in the same-shape table."
+    )
+    add("")
+
+
+def _same_section(data: dict[str, Any], add: Callable[[str], None]) -> None:
+    """Every system in one shape, one job at a time per process: not the headline."""
+    rounds: list[dict[str, Any]] = data["rounds"]
+    prof = data["profile"]
+    systems: dict[str, str] = data["systems"]
+    workers = [str(w) for w in prof["drain_workers"]]
+    plural = {w: f"{w} worker{'s' if w != '1' else ''}" for w in workers}
+    add("## Drain, same shape (not the headline): N processes, one job at a time each")
+    add("")
+    add(
+        f"{prof['drain_jobs']:,} no-op jobs; N worker processes of every system, each running "
+        "one job at a time (for the prefork pools, one parent with N pool processes), every "
+        "other option at the system's default. This is not how any of them is deployed for "
+        f"throughput; the headline is the table above. {DRAIN_METHOD} "
         f"Time-box {prof['drain_timeout']:.0f} s per drain."
     )
     add("")
-    head = "| system | " + " | ".join(f"{w} worker{'s' if w != '1' else ''}" for w in workers)
+    head = "| system | " + " | ".join(
+        f"{plural[w]}: whole run (s) | {plural[w]}: jobs/s, whole run | "
+        f"{plural[w]}: jobs/s, 10-90 %"
+        for w in workers
+    )
     add(head + " |")
-    add("|---|" + "---|" * len(workers))
+    add("|---|" + "---|---|---|" * len(workers))
     for key, label in systems.items():
         cells = []
         for w in workers:
-            v = _med(rounds, "drain", w, key, "per_second")
-            wall = _med(rounds, "drain", w, key, "wall_per_second")
-            cells.append(f"{_f(v)} (wall {_f(wall)})")
+            whole_s, whole_rate = _whole_cells(rounds, "drain", w, key)
+            cells += [whole_s, whole_rate, _f(_med(rounds, "drain", w, key, "per_second"))]
         add(f"| {label} | " + " | ".join(cells) + " |")
     add("")
-    add("Tenure (broker-less) / peer, same round:")
+    add("Tenure (broker-less) / peer, same shape, same round (whole run; 10-90 %):")
     add("")
-    add("| peer | " + " | ".join(workers) + " |")
+    add("| peer | " + " | ".join(plural[w] for w in workers) + " |")
     add("|---|" + "---|" * len(workers))
     for key, label in systems.items():
         if key == TENURE:
             continue
         mine = TENURE_CELERY if key == "celery" else TENURE
-        cells = [
-            _r(_ratio(rounds, ("drain", w, mine, "per_second"), ("drain", w, key, "per_second")))
-            for w in workers
-        ]
+        cells = []
+        for w in workers:
+            whole = _ratio(
+                rounds,
+                ("drain", w, mine, "whole_per_second"),
+                ("drain", w, key, "whole_per_second"),
+            )
+            steady = _ratio(
+                rounds, ("drain", w, mine, "per_second"), ("drain", w, key, "per_second")
+            )
+            cells.append(f"{_r(whole)}; {_r(steady)}")
         who = "Tenure (Celery executor) / " if key == "celery" else ""
         add(f"| {who}{label} | " + " | ".join(cells) + " |")
     add("")
     if TENURE_CELERY in systems:
-        add(CELERY_NOTE)
+        add(CELERY_WHOLE_RUN_NOTE)
         add("")
+    add("Configurations (exact commands; `bench/systems.py`):")
+    add("")
+    add("| system | " + " | ".join(plural[w] for w in workers) + " |")
+    add("|---|" + "---|" * len(workers))
+    configs = data.get("configs", {}).get("same", {})
+    for key, label in systems.items():
+        cells = [configs.get(key, {}).get(w, "not recorded") for w in workers]
+        add(f"| {label} | " + " | ".join(cells) + " |")
+    add("")
+
+
+def _workload_sections(data: dict[str, Any], add: Callable[[str], None]) -> None:
+    """Cost, enqueue, latency, recovery and dashboard (the same-shape systems)."""
+    rounds: list[dict[str, Any]] = data["rounds"]
+    systems: dict[str, str] = data["systems"]
+    prof = data["profile"]
 
     # ---- cost ----------------------------------------------------------------------------
     add(f"## What one job costs the database (1 worker draining {prof['cost_jobs']:,} jobs)")
@@ -252,31 +481,15 @@ def write(data: dict[str, Any], out_dir: Path, stem: str) -> Path:
             )
     add("")
 
-    # ---- setup ---------------------------------------------------------------------------
-    add("## Setup")
-    add("")
-    add(f"- Machine: {data['machine']}")
-    srv = data["server"]
-    add(
-        f"- PostgreSQL {srv.get('server_version')} on 127.0.0.1: fsync={srv.get('fsync')}, "
-        f"synchronous_commit={srv.get('synchronous_commit')}, "
-        f"full_page_writes={srv.get('full_page_writes')}, wal_level={srv.get('wal_level')}, "
-        f"shared_buffers={srv.get('shared_buffers')} (read with SHOW at the start of the run)"
-    )
-    add(f"- pgbench: {_f(_med(rounds, 'pgbench', 'tps'))} TPS median (`pgbench -N -c 2 -j 2`)")
-    add("- Versions: " + ", ".join(f"{k} {v}" for k, v in data["versions"].items()))
-    add(f"- Profile: {prof}")
-    add(
-        "- Workers: N worker processes, each running one job at a time (see "
-        "`bench/systems.py` for each system's command)."
-    )
-    add("")
 
-    md = out_dir / f"{stem}.md"
-    md.write_text("\n".join(lines) + "\n")
-    _plot(data, out_dir / f"{stem}.png")
-    return md
-
+CELERY_WHOLE_RUN_NOTE = (
+    "The Celery executor's whole run includes a wait of its own: jobs enqueued before any "
+    "worker has registered its queue get no message at enqueue (hints go only where a live "
+    "consumer takes them), and `run_scheduler`'s dispatcher, which reads the executor "
+    "registry at most every 5 s, hints them once a pool process has registered "
+    '(docs/transports.md, "Hints go only where a consumer is known"). Its first job '
+    "column shows that wait."
+)
 
 CELERY_NOTE = (
     "Tenure's Celery executor claims the job a message names, then claims and runs the "
@@ -299,17 +512,19 @@ WHY = {
         "`COMMIT` read the outcome back by transaction id (`txid_status`) instead of "
         "guessing, and what makes the next claim stand or fall with the completion. "
         "procrastinate makes two round trips (two procedure calls in autocommit) from an "
-        "asyncio loop. With one worker the drain is bound by those round trips, the commit's "
-        "flush and Tenure's Python path (Django's connection and transaction handling, one "
-        "thread per running job); with more workers on 2 cores it is bound by CPU shared "
-        "with the server. Going further would mean claiming ahead of free slots (jobs leased "
+        "asyncio loop. With one job at a time the drain is bound by those round trips, the "
+        "commit's flush and Tenure's Python path (Django's connection and transaction "
+        "handling, one thread per running job); with more jobs in flight on 2 cores it is "
+        "bound by CPU shared with the server. Going further would mean claiming ahead of free slots (jobs leased "
         "while they wait in memory) or completing outside a transaction, which would give up "
         "the lease and read-back guarantees."
     ),
     "broker-less drain >= 1.0x pgqueuer": (
-        "pgqueuer finishes a job in two autocommit statements from asyncio (dequeue, then a "
-        "log insert and delete) and keeps no attempt history or fenced lease; Tenure's three "
-        "round trips per job are the completion's transaction (see the row above)."
+        "pgqueuer claims several jobs per statement (at its best 4 per dequeue) and writes "
+        "their ends together from an asyncio loop (a log insert and a delete), keeping no "
+        "attempt history or fenced lease; Tenure's broker-less executor commits each "
+        "completion on its own, with the next claim, in three round trips (`BEGIN`, one "
+        "prepared statement, `COMMIT`)."
     ),
     "broker-less drain >= 1.5x django-tasks-db": (
         "django-tasks-db opens a new connection per task (its worker closes old connections "
@@ -321,7 +536,7 @@ WHY = {
         "the same 2 cores as the server, so the workers and the server compete for the CPU "
         "pgbench's C client hardly uses."
     ),
-    "Celery executor >= 0.7x Celery alone": (
+    "Celery executor >= 0.7x celery": (
         "Every message still goes through Celery's own per-message work, and each batch of "
         "chained jobs adds a durable commit in the same process; the chain is bounded by "
         "`TENURE_CELERY_CHAIN_SECONDS` per message (see the note under the drain table)."
@@ -352,54 +567,80 @@ WHY = {
 
 
 def _targets(data: dict[str, Any]) -> list[tuple[str, str, bool]]:
-    """Each target with the measured figure and whether it was met."""
+    """Each target with the measured figure and whether it was met.
+
+    Drain targets read the headline table (both at their best) when the peer is in it, else
+    the same-shape table per worker count; they are judged on the 10-90 % rate and show the
+    whole-run figure beside it.
+    """
     rounds = data["rounds"]
     workers = [str(w) for w in data["profile"]["drain_workers"]]
+    best = data.get("best_systems", {})
+    same = data["systems"]
     out: list[tuple[str, str, bool]] = []
 
-    def ratio_row(peer: str, need: float) -> None:
-        if peer not in data["systems"]:
+    def ratio_row(mine: str, peer: str, need: float, name: str) -> None:
+        if peer in best and mine in best:
+            steady = _ratio(rounds, ("best", mine, "per_second"), ("best", peer, "per_second"))
+            whole = _ratio(
+                rounds, ("best", mine, "whole_per_second"), ("best", peer, "whole_per_second")
+            )
+            out.append(
+                (
+                    f"{name} >= {need}x {peer}, both at their best",
+                    f"10-90 %: {_r(steady)} (whole run: {_r(whole)})",
+                    not math.isnan(steady) and steady >= need,
+                )
+            )
+            return
+        if peer not in same or mine not in same:
             return
         rs = [
-            _ratio(rounds, ("drain", w, TENURE, "per_second"), ("drain", w, peer, "per_second"))
+            _ratio(rounds, ("drain", w, mine, "per_second"), ("drain", w, peer, "per_second"))
             for w in workers
         ]
-        cells = ", ".join(f"{w}: {_r(r)}" for w, r in zip(workers, rs, strict=True))
+        ws = [
+            _ratio(
+                rounds,
+                ("drain", w, mine, "whole_per_second"),
+                ("drain", w, peer, "whole_per_second"),
+            )
+            for w in workers
+        ]
+        cells = ", ".join(
+            f"{w}: {_r(r)} (whole run {_r(x)})" for w, r, x in zip(workers, rs, ws, strict=True)
+        )
         ok = all(r >= need for r in rs if not math.isnan(r))
-        out.append((f"broker-less drain >= {need}x {peer} (per worker count)", cells, ok))
+        out.append((f"{name} >= {need}x {peer}, same shape (per worker count)", cells, ok))
 
-    ratio_row("procrastinate", 1.5)
-    ratio_row("django-tasks-db", 1.5)
-    ratio_row("pgqueuer", 1.0)
-    best = max(
-        (_med(rounds, "drain", w, TENURE, "per_second") for w in workers),
-        default=float("nan"),
-    )
+    ratio_row(TENURE, "procrastinate", 1.5, "broker-less drain")
+    ratio_row(TENURE, "django-tasks-db", 1.5, "broker-less drain")
+    ratio_row(TENURE, "pgqueuer", 1.0, "broker-less drain")
     tps = _med(rounds, "pgbench", "tps")
-    frac = best / tps if tps else float("nan")
+    if TENURE in best:
+        best_rate = _med(rounds, "best", TENURE, "per_second")
+        whole = _med(rounds, "best", TENURE, "whole_per_second")
+        where = "at its best"
+    else:
+        best_rate = max(
+            (_med(rounds, "drain", w, TENURE, "per_second") for w in workers),
+            default=float("nan"),
+        )
+        whole = float("nan")
+        where = "best same-shape worker count"
+    frac = best_rate / tps if tps else float("nan")
     out.append(
         (
             ">= 50 % of pgbench write TPS",
-            f"{_f(best)} jobs/s best / {_f(tps)} TPS = {frac:.0%}",
+            f"{_f(best_rate)} jobs/s 10-90 % ({where}; whole run {_f(whole)}) / {_f(tps)} TPS "
+            f"= {frac:.0%}",
             frac >= 0.5,
         )
     )
-    if "celery" in data["systems"]:
-        rs = [
-            _ratio(
-                rounds,
-                ("drain", w, TENURE_CELERY, "per_second"),
-                ("drain", w, "celery", "per_second"),
-            )
-            for w in workers
-        ]
-        out.append(
-            (
-                "Celery executor >= 0.7x Celery alone",
-                ", ".join(f"{w}: {_r(r)}" for w, r in zip(workers, rs, strict=True)),
-                all(r >= 0.7 for r in rs if not math.isnan(r)),
-            )
-        )
+    ratio_row(TENURE_CELERY, "celery", 0.7, "Celery executor")
+    if TENURE not in same:
+        # Only the headline drain ran (``--shapes best``): no other workload.
+        return out
     bulk = _med(rounds, "enqueue_bulk", TENURE, "per_second")
     out.append(("bulk enqueue >= 20,000 jobs/s", f"{_f(bulk)} jobs/s", bulk >= 20_000))
     p99 = _med(rounds, "latency", TENURE, "p99_ms")
@@ -437,18 +678,42 @@ def _plot(data: dict[str, Any], path: Path) -> None:
 
     rounds = data["rounds"]
     systems: dict[str, str] = data["systems"]
+    best: dict[str, str] = data.get("best_systems", {})
     workers = list(data["profile"]["drain_workers"])
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 5))
+    fig, (ax0, ax1, ax2) = plt.subplots(1, 3, figsize=(19, 5.5))
+
+    # The headline: each system at its best, whole run beside the 10-90 % window.
+    keys = list(best)
+    xs = range(len(keys))
+    width = 0.38
+    whole = [_med(rounds, "best", k, "whole_per_second") for k in keys]
+    steady = [_med(rounds, "best", k, "per_second") for k in keys]
+    ax0.bar([x - width / 2 for x in xs], whole, width, label="whole run (start-up included)")
+    ax0.bar([x + width / 2 for x in xs], steady, width, label="10-90 % window")
+    tps = _med(rounds, "pgbench", "tps")
+    if not math.isnan(tps):
+        ax0.axhline(tps, color="grey", linestyle=":", linewidth=1, label="pgbench -N TPS")
+    ax0.set_xticks(list(xs))
+    ax0.set_xticklabels([best[k] for k in keys], rotation=30, ha="right", fontsize=8)
+    ax0.set_ylabel("jobs finished per second")
+    ax0.set_title("Drain at their best (2 processes x 8 jobs)")
+    ax0.grid(alpha=0.3, axis="y")
+    ax0.legend(fontsize=8)
+
     for key, label in systems.items():
         ys = [_med(rounds, "drain", str(w), key, "per_second") for w in workers]
+        ws = [_med(rounds, "drain", str(w), key, "whole_per_second") for w in workers]
         style = "-o" if key.startswith("tenure") else "--s"
-        ax1.plot(workers, ys, style, label=label, linewidth=2.2 if key == TENURE else 1.2)
-    ax1.set_xlabel("worker processes")
-    ax1.set_ylabel("jobs finished per second (10-90 %)")
+        (line,) = ax1.plot(workers, ys, style, label=label, linewidth=2.2 if key == TENURE else 1.2)
+        ax1.plot(workers, ws, ":", color=line.get_color(), linewidth=1)
+    ax1.set_xlabel("worker processes, one job at a time each")
+    ax1.set_ylabel("jobs/s: 10-90 % (marked), whole run (dotted)")
     ax1.set_xticks(workers)
-    ax1.set_title("Drain throughput")
+    ax1.set_title("Drain, same shape (not the headline)")
     ax1.grid(alpha=0.3)
-    ax1.legend(fontsize=8)
+    if systems:
+        ax1.legend(fontsize=7)
+
     keys = list(systems)
     xs = range(len(keys))
     width = 0.27

@@ -4,6 +4,13 @@ Every round measures every system in turn for each workload, so each Tenure / pe
 taken from figures measured minutes apart under the same conditions; the report shows the
 median over rounds of each figure and of each ratio.
 
+The drain runs in two shapes (``--shapes``, both by default): every system at its best, 2
+processes x 8 concurrent jobs as its documentation recommends for throughput (the headline),
+and the same shape for every system, N processes of one job at a time (not the headline); see
+:mod:`bench.systems`. By default the run ``initdb``s a PostgreSQL cluster of its own with
+production defaults (autovacuum on; the soak's :class:`bench.soak.SoakCluster`) and removes it
+at the end; ``--server shared`` uses ``BENCH_PG_HOST``:``BENCH_PG_PORT`` instead.
+
 ``BENCH_SCALE`` (default 1) multiplies every job count, for a fast end-to-end check of the
 harness (for example ``BENCH_SCALE=0.05``); ``BENCH_ROUNDS`` overrides the number of rounds;
 ``BENCH_SYSTEMS`` restricts the systems (comma-separated keys, Tenure's always included).
@@ -16,15 +23,20 @@ import datetime as dt
 import json
 import os
 import platform
+import shlex
+import shutil
+import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from . import report, workloads
-from .common import BENCH, server_facts
-from .systems import System, Tenure, all_systems
+from . import common, report, workloads
+from .common import BENCH, VAR, non_default_settings, server_facts
+from .systems import BEST, BEST_PROCESSES, SAME, SHAPES, System, Tenure, all_systems
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -35,7 +47,11 @@ class Profile:
     rounds: int
     enqueue_single: int
     enqueue_bulk: int
+    best_jobs: int
+    """Jobs of each drain at their best (the headline table)."""
+    best_timeout: float
     drain_jobs: int
+    """Jobs of each same-shape drain."""
     drain_workers: tuple[int, ...]
     drain_timeout: float
     cost_jobs: int
@@ -59,6 +75,8 @@ class Profile:
             rounds=self.rounds,
             enqueue_single=n(self.enqueue_single, 20),
             enqueue_bulk=n(self.enqueue_bulk, 100),
+            best_jobs=n(self.best_jobs, 200),
+            best_timeout=self.best_timeout,
             drain_jobs=n(self.drain_jobs, 100),
             drain_workers=self.drain_workers,
             drain_timeout=self.drain_timeout,
@@ -73,15 +91,20 @@ class Profile:
 
 
 PROFILES = {
-    # Within 10 minutes on 2 cores: short rounds, two worker counts, one attempt per job.
+    # Within 10 minutes on 2 cores: short rounds, the headline at 4,000 jobs, two same-shape
+    # worker counts, one attempt per job.
     "quick": Profile(
         name="quick",
         rounds=3,
         enqueue_single=60,
         enqueue_bulk=5_000,
+        best_jobs=4_000,
+        best_timeout=60.0,
         drain_jobs=1_000,
         drain_workers=(1, 4),
-        drain_timeout=5.0,
+        # Start-up counts inside the box; the Celery executor's first hints wait up to ~6 s
+        # for the dispatcher (bench/README.md), so 10 s lets its 1,000 jobs finish.
+        drain_timeout=10.0,
         cost_jobs=120,
         latency_rate=50.0,
         latency_seconds=2.0,
@@ -95,6 +118,8 @@ PROFILES = {
         rounds=3,
         enqueue_single=10_000,
         enqueue_bulk=10_000,
+        best_jobs=20_000,
+        best_timeout=120.0,
         drain_jobs=20_000,
         drain_workers=(1, 2, 4, 8),
         # The slowest peers finish a few thousand of the 20,000 jobs in a minute: enough for a
@@ -121,6 +146,7 @@ PEER_PACKAGES = (
     "django-tasks-db",
     "django-q2",
     "pgqueuer",
+    "asyncpg",
     "matplotlib",
 )
 
@@ -129,37 +155,60 @@ def _log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
-def run(profile: Profile, systems: list[System], out_dir: Path) -> dict[str, Any]:
-    """Install every system, run ``profile.rounds`` rounds, return everything measured."""
+def run(
+    profile: Profile,
+    systems: list[System],
+    best: list[System],
+    out_dir: Path,
+    cluster: dict[str, Any],
+    command: str,
+) -> dict[str, Any]:
+    """Install every system, run ``profile.rounds`` rounds, return everything measured.
+
+    ``systems`` are the same-shape systems (every workload), ``best`` the systems at their
+    best (the headline drain only); either may be empty.
+    """
     started = time.monotonic()
     facts = server_facts()
     _log(f"server: {facts}")
-    for s in systems:
-        _log(f"install {s.key}")
+    installed: set[tuple[str, str | None]] = set()
+    for s in [*systems, *best]:
+        # Both shapes of a system share its database unless its settings differ.
+        if (s.key, s.db) in installed:
+            continue
+        _log(f"install {s.key} ({s.db or 'no database'})")
         s.install()
-    dash = Tenure(key="tenure-dash", db="bench_tenure_dash")
-    dash.install()
-    tenure = next(s for s in systems if s.key == "tenure")
-    assert isinstance(tenure, Tenure)
+        installed.add((s.key, s.db))
+    tenure = next((s for s in systems if s.key == "tenure"), None)
+    dash: Tenure | None = None
+    if tenure is not None:
+        dash = Tenure(key="tenure-dash", db="bench_tenure_dash")
+        dash.install()
     rounds: list[dict[str, Any]] = []
     for r in range(profile.rounds):
         rec: dict[str, Any] = {
             "enqueue_single": {},
             "enqueue_bulk": {},
+            "best": {},
             "drain": {},
             "cost": {},
             "latency": {},
         }
         _log(f"round {r + 1}/{profile.rounds}: pgbench")
         rec["pgbench"] = workloads.pgbench_tps(profile.pgbench_seconds)
+        for s in best:
+            _log(f"round {r + 1}: drain at its best {s.key} ({BEST_PROCESSES} x {s.concurrency})")
+            rec["best"][s.key] = workloads.drain(
+                s, profile.best_jobs, BEST_PROCESSES, timeout=profile.best_timeout
+            )
         for s in systems:
             _log(f"round {r + 1}: enqueue {s.key}")
             got = workloads.enqueue(s, profile.enqueue_single, profile.enqueue_bulk)
             rec["enqueue_single"][s.key] = got["single"]
             rec["enqueue_bulk"][s.key] = got.get("bulk", {"per_second": float("nan")})
-        for w in profile.drain_workers:
+        for w in profile.drain_workers if systems else ():
             for s in systems:
-                _log(f"round {r + 1}: drain {s.key} x{w}")
+                _log(f"round {r + 1}: drain, same shape, {s.key} x{w}")
                 res = workloads.drain(s, profile.drain_jobs, w, timeout=profile.drain_timeout)
                 rec["drain"].setdefault(str(w), {})[s.key] = res
         if r == 0:
@@ -177,23 +226,26 @@ def run(profile: Profile, systems: list[System], out_dir: Path) -> dict[str, Any
                 )
             except RuntimeError as e:
                 rec["latency"][s.key] = {"error": str(e)[-500:]}
-        _log(f"round {r + 1}: recovery after SIGKILL")
-        rec["recovery"] = workloads.recovery(tenure)
-        _log(f"round {r + 1}: dashboard")
-        rec["dashboard"] = workloads._agent(
-            dash,
-            "dashboard",
-            profile.dashboard_jobs,
-            profile.dashboard_attempts_per_job,
-            profile.dashboard_requests,
-            1 if r == 0 else 0,
-            timeout=3600,
-        )
+        if isinstance(tenure, Tenure) and dash is not None:
+            _log(f"round {r + 1}: recovery after SIGKILL")
+            rec["recovery"] = workloads.recovery(tenure)
+            _log(f"round {r + 1}: dashboard")
+            rec["dashboard"] = workloads._agent(
+                dash,
+                "dashboard",
+                profile.dashboard_jobs,
+                profile.dashboard_attempts_per_job,
+                profile.dashboard_requests,
+                1 if r == 0 else 0,
+                timeout=3600,
+            )
         rounds.append(rec)
         (out_dir / "raw-partial.json").write_text(json.dumps(rounds, indent=1))
     return {
+        "command": command,
         "profile": profile.__dict__,
         "server": facts,
+        "cluster": {**cluster, "not_default": non_default_settings()},
         "versions": _versions(),
         "machine": {
             "cpus": os.cpu_count(),
@@ -201,10 +253,60 @@ def run(profile: Profile, systems: list[System], out_dir: Path) -> dict[str, Any
             "platform": platform.platform(),
         },
         "systems": {s.key: s.label for s in systems},
+        "best_systems": {s.key: s.label for s in best},
+        "configs": {
+            "best": {s.key: s.describe(BEST_PROCESSES) for s in best},
+            "same": {
+                s.key: {str(w): s.describe(w) for w in profile.drain_workers} for s in systems
+            },
+        },
         "rounds": rounds,
         "elapsed_seconds": time.monotonic() - started,
         "date": dt.date.today().isoformat(),
     }
+
+
+@contextmanager
+def server(kind: str) -> Iterator[dict[str, Any]]:
+    """The PostgreSQL server the run uses, described for the report.
+
+    ``own``: a cluster ``initdb``'d into ``var/bench-cluster`` on a free port, started with
+    PostgreSQL's defaults (autovacuum on, durable commits, 128 MB ``shared_buffers``) plus the
+    soak's :data:`bench.soak.CLUSTER_SETTINGS`, and removed when the block ends. ``shared``:
+    the server at ``BENCH_PG_HOST``:``BENCH_PG_PORT`` as it is configured.
+    """
+    if kind == "shared":
+        yield {
+            "kind": "shared",
+            "address": f"{common.PG_HOST}:{common.PG_PORT}",
+            "changed_by_run": {},
+        }
+        return
+    from scheduler_core.chaos.cluster import free_port
+
+    from .soak import CLUSTER_SETTINGS, SoakCluster
+
+    root = VAR / "bench-cluster"
+    # A previous run's server may still hold the folder (an interrupted run).
+    if (root / "pgdata" / "postmaster.pid").exists():
+        SoakCluster(root, port=0).stop("immediate")
+    shutil.rmtree(root, ignore_errors=True)
+    cluster = SoakCluster(root, port=free_port())
+    _log(f"initdb and start a cluster of the run's own in {root} (port {cluster.port})")
+    cluster.init()
+    cluster.start()
+    try:
+        cluster.wait_up()
+        common.use_server("127.0.0.1", cluster.port)
+        yield {
+            "kind": "own",
+            "address": f"127.0.0.1:{cluster.port}",
+            "folder": str(root.relative_to(VAR.parent)),
+            "changed_by_run": dict(CLUSTER_SETTINGS),
+        }
+    finally:
+        cluster.stop()
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def _versions() -> dict[str, str]:
@@ -219,22 +321,51 @@ def _versions() -> dict[str, str]:
 
 def main() -> None:
     """Command line: choose a profile, run, write ``bench/results/<date>.md`` and the plots."""
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--profile", choices=sorted(PROFILES), default="quick")
+    parser.add_argument(
+        "--shapes",
+        default=",".join(SHAPES),
+        help=f"drain shapes, comma-separated: {BEST} (the headline), {SAME} (default: both)",
+    )
+    parser.add_argument(
+        "--server",
+        choices=("own", "shared"),
+        default="own",
+        help="own: a cluster of the run's own with production defaults (default); "
+        "shared: BENCH_PG_HOST:BENCH_PG_PORT",
+    )
     parser.add_argument("--out", default=str(BENCH / "results"))
     args = parser.parse_args()
+    shapes = [x.strip() for x in args.shapes.split(",") if x.strip()]
+    if not shapes or any(x not in SHAPES for x in shapes):
+        parser.error(f"--shapes takes {BEST} and/or {SAME}")
     profile = PROFILES[args.profile].scaled(float(os.environ.get("BENCH_SCALE", "1")))
     if "BENCH_ROUNDS" in os.environ:
         profile = Profile(**{**profile.__dict__, "rounds": int(os.environ["BENCH_ROUNDS"])})
-    chosen = os.environ.get("BENCH_SYSTEMS", "")
-    systems = [
-        s for k, s in all_systems().items() if not chosen or k == "tenure" or k in chosen.split(",")
-    ]
+    env = " ".join(
+        f"{k}={shlex.quote(os.environ[k])}"
+        for k in ("BENCH_SCALE", "BENCH_ROUNDS", "BENCH_SYSTEMS")
+        if k in os.environ
+    )
+    command = (f"{env} " if env else "") + "PYTHONPATH=. var/bench-venv/bin/python -m bench.run "
+    command += " ".join(shlex.quote(a) for a in sys.argv[1:])
+    chosen = [k for k in os.environ.get("BENCH_SYSTEMS", "").split(",") if k]
+
+    def wanted(key: str) -> bool:
+        return not chosen or key == "tenure" or key in chosen
+
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
-    data = run(profile, systems, out_dir)
+    with server(args.server) as cluster:
+        # Built after the server is chosen: each system's address is taken when it is made.
+        systems = [s for k, s in all_systems(SAME).items() if wanted(k)] if SAME in shapes else []
+        best = [s for k, s in all_systems(BEST).items() if wanted(k)] if BEST in shapes else []
+        data = run(profile, systems, best, out_dir, cluster, command.strip())
     # The quick profile's report is <date>.md; the full one and scaled checks are kept apart.
     suffix = "" if profile.name == "quick" else "-" + profile.name.replace(" ", "")
+    if set(shapes) != set(SHAPES):
+        suffix += "-" + "-".join(shapes)
     stem = f"{data['date']}{suffix}"
     (out_dir / f"{stem}.json").write_text(json.dumps(data, indent=1))
     (out_dir / "raw-partial.json").unlink(missing_ok=True)

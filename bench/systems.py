@@ -1,12 +1,29 @@
-"""The systems under test, each behind the same small interface.
+"""The systems under test, each behind the same small interface, in two shapes.
 
-"N workers" means the same thing for every system: N worker *processes*, each running one job
-at a time (for the prefork pools, one parent with N pool processes). That is the unit a
-deployment scales on a 2-core machine, and the one every system here can be given.
+**At their best** (:data:`BEST`, the headline): every system that can run several jobs at once
+in one process runs :data:`BEST_PROCESSES` worker processes of :data:`BEST_CONCURRENCY`
+concurrent jobs each, configured as its own documentation recommends for throughput
+(bench/README.md cites the pages):
+
+=================  ===========================================================================
+tenure             ``manage.py run_executor --concurrency 8`` x 2 (broker-less, LISTEN/NOTIFY)
+tenure-celery      ``celery -A config worker -c 8 --prefetch-multiplier 64`` x 2 (prefork)
+                   + ``manage.py run_scheduler`` (its hint dispatcher)
+celery             ``celery -A bench.peers.celery_alone worker -c 8 --prefetch-multiplier 64`` x 2
+procrastinate      ``procrastinate worker --concurrency 8`` x 2, async task, pool of 9
+pgqueuer           ``pgqueuer.run(main, batch_size=4, max_concurrent_tasks=8)`` x 2 on asyncpg,
+                   after ``pgq autovac`` (``bench/peers/pgqueuer_soak.py``)
+=================  ===========================================================================
+
+The two Django peers have no in-process concurrency (one task at a time per process), so they
+appear in the same-shape table only.
+
+**Same shape** (:data:`SAME`, not the headline): "N workers" means N worker *processes*, each
+running one job at a time (for the prefork pools, one parent with N pool processes):
 
 =================  ===========================================================================
 tenure             ``manage.py run_executor --concurrency 1`` x N (broker-less, LISTEN/NOTIFY)
-tenure-celery      ``celery -A config worker -c N`` (prefork): Tenure's Celery executor
+tenure-celery      ``celery -A config worker -c N`` (prefork) + ``manage.py run_scheduler``
 celery             ``celery -A bench.peers.celery_alone worker -c N``: Celery alone, no database
 procrastinate      ``procrastinate worker --concurrency 1`` x N
 django-tasks-db    ``django-admin db_worker`` x N (its defaults: polls every 1 s when idle)
@@ -17,8 +34,10 @@ pgqueuer           ``pgqueuer.run(main, batch_size=1, max_concurrent_tasks=2)`` 
 
 from __future__ import annotations
 
+import shlex
 import subprocess
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -26,6 +45,21 @@ import psycopg
 from .common import BIN, PYTHON, REDIS_URL, ROOT, base_env, connect, dsn, recreate_database
 
 BROKER_PREFIX = "bench-"
+
+SAME = "same"
+"""The same-shape configuration: N processes, one job at a time each (not the headline)."""
+BEST = "best"
+"""Each system at its best: :data:`BEST_PROCESSES` x :data:`BEST_CONCURRENCY` (the headline)."""
+SHAPES = (BEST, SAME)
+
+BEST_PROCESSES = 2
+"""Worker processes of every system at its best."""
+BEST_CONCURRENCY = 8
+"""Jobs each of those processes may run at once."""
+CELERY_SHORT_TASK_PREFETCH = 64
+"""Celery's prefetch multiplier for many short tasks: its optimizing guide's "Say 64, or 128";
+64 x 8 pool processes x 2 workers = 1,024 reserved messages, so both workers get a share of the
+quick profile's drain."""
 
 
 @dataclass
@@ -41,6 +75,12 @@ class System:
     broker: bool = False
     """Whether jobs travel as broker messages (published before the workers start)."""
     extra_env: dict[str, str] = field(default_factory=dict)
+    shape: str = SAME
+    """:data:`SAME` or :data:`BEST`."""
+    concurrency: int = 1
+    """Jobs one worker process runs at once (the pool size, for Celery's prefork workers)."""
+    settings: str = ""
+    """What the report states besides the commands: the settings that shape the drain."""
 
     def env(self, **extra: str) -> dict[str, str]:
         """The environment of this system's processes."""
@@ -66,6 +106,27 @@ class System:
         """How many of the ``total`` enqueued jobs have finished."""
         raise NotImplementedError
 
+    def describe(self, n: int) -> str:
+        """The exact configuration of ``n`` workers, for the report: each distinct command
+        with how many times it runs, the environment that differs between systems, and
+        :attr:`settings`."""
+        cmds = self.worker_cmds(n)
+        parts = []
+        for cmd in dict.fromkeys(tuple(c) for c in cmds):
+            shown = [Path(cmd[0]).name if i == 0 else a for i, a in enumerate(cmd)]
+            count = sum(1 for c in cmds if tuple(c) == cmd)
+            parts.append(f"{count} x `{shlex.join(shown)}`")
+        env = {**self.extra_env, **self.worker_env(n)}
+        shown_env = {
+            k: v
+            for k, v in env.items()
+            if k.startswith(("TENURE_", "BENCH_SHAPE", "BENCH_WORKERS", "DJANGO_SETTINGS"))
+        }
+        text = " + ".join(parts)
+        if shown_env:
+            text += " with " + ", ".join(f"`{k}={v}`" for k, v in sorted(shown_env.items()))
+        return f"{text}; {self.settings}" if self.settings else text
+
     def agent(self, action: str, *args: str) -> list[str]:
         """The command running ``bench.agent`` for this system."""
         return [PYTHON, "-m", "bench.agent", self.key, action, *args]
@@ -84,6 +145,25 @@ class System:
         return int(conn.execute(sql).fetchone()[0])  # type: ignore[index]
 
 
+def _celery_workers(
+    app: str, queue: str, n: int, name: str, shape: str, concurrency: int
+) -> list[list[str]]:
+    """One prefork worker with ``n`` pool processes (same shape), or ``n`` workers of
+    ``concurrency`` pool processes each with the short-task prefetch (at their best)."""
+    if shape == SAME:
+        return [_celery_cmd(app, queue, n, name)]
+    return [
+        _celery_cmd(app, queue, concurrency, f"{name}-{i + 1}", CELERY_SHORT_TASK_PREFETCH)
+        for i in range(n)
+    ]
+
+
+CELERY_SETTINGS = (
+    "JSON, late acknowledgement (a message is acknowledged after its task ran), no results; "
+    "gossip, mingle and heartbeat off"
+)
+
+
 def _redis() -> Any:
     import redis
 
@@ -95,7 +175,7 @@ def _clear_broker_queue(queue: str) -> None:
     r.delete(queue, "unacked", "unacked_index", f"_kombu.binding.{queue}")
 
 
-def _celery_cmd(app: str, queue: str, n: int, name: str) -> list[str]:
+def _celery_cmd(app: str, queue: str, n: int, name: str, prefetch: int = 1) -> list[str]:
     return [
         str(BIN / "celery"),
         "-A",
@@ -108,7 +188,7 @@ def _celery_cmd(app: str, queue: str, n: int, name: str) -> list[str]:
         "--pool",
         "prefork",
         "--prefetch-multiplier",
-        "1",
+        str(prefetch),
         "--without-gossip",
         "--without-mingle",
         "--without-heartbeat",
@@ -122,12 +202,19 @@ def _celery_cmd(app: str, queue: str, n: int, name: str) -> list[str]:
 class Tenure(System):
     """Tenure's broker-less executor."""
 
-    def __init__(self, key: str = "tenure", db: str = "bench_tenure", **env: str) -> None:
+    def __init__(
+        self, key: str = "tenure", db: str = "bench_tenure", shape: str = SAME, **env: str
+    ) -> None:
         super().__init__(
             key=key,
             label="Tenure (broker-less)" if key == "tenure" else "Tenure (Celery executor)",
             db=db,
             is_tenure=True,
+            shape=shape,
+            concurrency=BEST_CONCURRENCY if shape == BEST else 1,
+            settings=(
+                "handlers on threads; every other setting at its default (finished jobs kept)"
+            ),
             extra_env={
                 "DATABASE_URL": dsn(db),
                 "DJANGO_SETTINGS_MODULE": "config.settings",
@@ -150,7 +237,7 @@ class Tenure(System):
         )
 
     def worker_cmds(self, n: int) -> list[list[str]]:
-        return [self.executor_cmd(1)] * n
+        return [self.executor_cmd(self.concurrency)] * n
 
     def executor_cmd(self, concurrency: int) -> list[str]:
         """One broker-less executor process running ``concurrency`` jobs at a time."""
@@ -175,22 +262,35 @@ class Tenure(System):
 class TenureCelery(Tenure):
     """Tenure's Celery executor on Redis."""
 
-    def __init__(self) -> None:
+    def __init__(self, shape: str = SAME) -> None:
         super().__init__(
             key="tenure-celery",
             db="bench_tenure_celery",
+            shape=shape,
             TENURE_TRANSPORT="celery",
             CELERY_BROKER_URL=REDIS_URL,
             TENURE_BROKER_QUEUE_PREFIX=BROKER_PREFIX,
         )
         self.broker = True
+        self.settings = (
+            f"Redis broker; Tenure's Celery app ({CELERY_SETTINGS}); the chain and commit "
+            "window at their defaults (`TENURE_CELERY_CHAIN_SECONDS=1`, "
+            "`TENURE_CELERY_COMMIT_WINDOW=0.05`); `run_scheduler` (reaper and hint "
+            "dispatcher, required with Celery) with its defaults"
+        )
 
     def reset(self) -> None:
         super().reset()
         _clear_broker_queue(f"{BROKER_PREFIX}default")
 
     def worker_cmds(self, n: int) -> list[list[str]]:
-        return [_celery_cmd("config", f"{BROKER_PREFIX}default", n, "bench-tenure")]
+        # ``run_scheduler`` is part of a Celery deployment (docs/transports.md: "with Celery or
+        # RQ it is required"): jobs enqueued before any worker has registered its queue get
+        # no message at enqueue, and its dispatcher hints them once one has.
+        workers = _celery_workers(
+            "config", f"{BROKER_PREFIX}default", n, "bench-tenure", self.shape, self.concurrency
+        )
+        return [*workers, self.scheduler_cmd()]
 
 
 class CeleryAlone(System):
@@ -198,13 +298,16 @@ class CeleryAlone(System):
 
     QUEUE = f"{BROKER_PREFIX}alone"
 
-    def __init__(self) -> None:
+    def __init__(self, shape: str = SAME) -> None:
         super().__init__(
             key="celery",
             label="Celery alone (Redis, no database)",
             db=None,
             bulk=False,
             broker=True,
+            shape=shape,
+            concurrency=BEST_CONCURRENCY if shape == BEST else 1,
+            settings=f"Redis broker; {CELERY_SETTINGS}; a task that does nothing",
             extra_env={"CELERY_BROKER_URL": REDIS_URL},
         )
 
@@ -215,7 +318,9 @@ class CeleryAlone(System):
         _clear_broker_queue(self.QUEUE)
 
     def worker_cmds(self, n: int) -> list[list[str]]:
-        return [_celery_cmd("bench.peers.celery_alone", self.QUEUE, n, "bench-alone")]
+        return _celery_workers(
+            "bench.peers.celery_alone", self.QUEUE, n, "bench-alone", self.shape, self.concurrency
+        )
 
     def done(self, conn: psycopg.Connection[Any] | None, total: int) -> int:
         # Messages still queued or delivered but not yet acknowledged (late ack: after the
@@ -227,10 +332,28 @@ class CeleryAlone(System):
 class Procrastinate(System):
     """The asyncio worker queue with a PL/pgSQL claim."""
 
-    def __init__(self) -> None:
+    def __init__(self, shape: str = SAME) -> None:
         db = "bench_procrastinate"
+        best = shape == BEST
         super().__init__(
-            key="procrastinate", label="procrastinate", db=db, extra_env={"BENCH_DSN": dsn(db)}
+            key="procrastinate",
+            label="procrastinate",
+            db=db,
+            shape=shape,
+            concurrency=BEST_CONCURRENCY if best else 1,
+            settings=(
+                "an async task; the psycopg pool sized to the concurrency plus one "
+                f"(`min_size=max_size={BEST_CONCURRENCY + 1}`, its pool-size guidance for "
+                "short jobs); every other worker option at its default (LISTEN/NOTIFY, "
+                "finished jobs kept)"
+                if best
+                else "a sync task; every worker option at its default (psycopg pool of 4, "
+                "LISTEN/NOTIFY, finished jobs kept)"
+            ),
+            extra_env={"BENCH_DSN": dsn(db), **({"BENCH_SHAPE": BEST} if best else {})},
+        )
+        self.app = (
+            "bench.peers.procrastinate_best.app" if best else "bench.peers.procrastinate_app.app"
         )
 
     def install(self) -> None:
@@ -256,12 +379,12 @@ class Procrastinate(System):
         cmd = [
             str(BIN / "procrastinate"),
             "--app",
-            "bench.peers.procrastinate_app.app",
+            self.app,
             "--log-level",
             "warning",
             "worker",
             "--concurrency",
-            "1",
+            str(self.concurrency),
         ]
         return [cmd] * n
 
@@ -294,6 +417,7 @@ class DjangoTasksDb(DjangoPeer):
 
     def __init__(self) -> None:
         super().__init__("django-tasks-db", "django-tasks-db", "bench_djtasks", bulk=True)
+        self.settings = "one task at a time per process; every option at its default"
 
     def reset(self) -> None:
         self._truncate("django_tasks_database_dbtaskresult")
@@ -313,6 +437,10 @@ class DjangoQ2(DjangoPeer):
 
     def __init__(self) -> None:
         super().__init__("django-q2", "django-q2 (ORM broker)", "bench_djq", bulk=True)
+        self.settings = (
+            "one cluster of `workers=N` processes on its ORM broker (`bench/peers/"
+            "django_settings.py`), every other option at its default"
+        )
 
     def reset(self) -> None:
         self._truncate("django_q_ormq, django_q_task")
@@ -331,12 +459,29 @@ class DjangoQ2(DjangoPeer):
 class PgQueuer(System):
     """The asyncio queue with batched claims and buffered completion."""
 
-    def __init__(self) -> None:
-        db = "bench_pgqueuer"
+    def __init__(self, shape: str = SAME) -> None:
+        best = shape == BEST
+        # At its best it runs on a database of its own: its table settings differ.
+        db = "bench_pgqueuer_best" if best else "bench_pgqueuer"
         super().__init__(
             key="pgqueuer",
-            label="pgqueuer (psycopg)",
+            label="pgqueuer (asyncpg)" if best else "pgqueuer (psycopg)",
             db=db,
+            shape=shape,
+            concurrency=BEST_CONCURRENCY if best else 2,
+            settings=(
+                "each process `pgqueuer.run(main, batch_size=4, max_concurrent_tasks=8, "
+                "dequeue_timeout=30 s)` (what `pgq run ... --batch-size 4 "
+                "--max-concurrent-tasks 8` does) on the asyncpg driver, one dedicated "
+                "connection per worker, an async entrypoint; `pgq install` then `pgq autovac` "
+                "(its per-table autovacuum settings and fillfactor 70 on its queue table); "
+                "durability `durable` (its default)"
+                if best
+                else "each process `pgqueuer.run(main, batch_size=1, max_concurrent_tasks=2, "
+                "dequeue_timeout=30 s)` on the psycopg driver: one job per dequeue (at most "
+                "two held: it refuses a cap below twice the batch); `pgq install` only, every "
+                "other option at its default"
+            ),
             extra_env={"BENCH_DSN": dsn(db), "PGDSN": dsn(db)},
         )
 
@@ -344,6 +489,9 @@ class PgQueuer(System):
         assert self.db
         recreate_database(self.db)
         self._run([str(BIN / "pgq"), "install"])
+        if self.shape == BEST:
+            # Its performance guide's checklist: "Run `pgq autovac` after installation".
+            self._run([str(BIN / "pgq"), "autovac"])
 
     def reset(self) -> None:
         self._truncate("pgqueuer, pgqueuer_log, pgqueuer_statistics")
@@ -351,6 +499,8 @@ class PgQueuer(System):
     def worker_cmds(self, n: int) -> list[list[str]]:
         # ``pgq run`` of this release cannot parse its own --log-level default with the
         # command-line library pip resolves, so the same entry point is called directly.
+        if self.shape == BEST:
+            return [[PYTHON, "-m", "bench.peers.pgqueuer_soak"]] * n
         return [[PYTHON, "-m", "bench.peers.pgqueuer_app"]] * n
 
     def done(self, conn: psycopg.Connection[Any] | None, total: int) -> int:
@@ -358,8 +508,18 @@ class PgQueuer(System):
         return total - self._count(conn, "SELECT count(*) FROM pgqueuer")
 
 
-def all_systems() -> dict[str, System]:
-    """Every system, Tenure's first, in the order the report lists them."""
+def all_systems(shape: str = SAME) -> dict[str, System]:
+    """Every system of ``shape``, Tenure's first, in the order the report lists them (at their
+    best: only those that run several jobs at once in one process)."""
+    if shape == BEST:
+        best: list[System] = [
+            Tenure(shape=BEST),
+            TenureCelery(shape=BEST),
+            CeleryAlone(shape=BEST),
+            Procrastinate(shape=BEST),
+            PgQueuer(shape=BEST),
+        ]
+        return {s.key: s for s in best}
     systems: list[System] = [
         Tenure(),
         TenureCelery(),

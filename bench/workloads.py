@@ -1,8 +1,10 @@
 """The workloads. Each function measures one thing for one system and returns plain numbers.
 
 * :func:`enqueue` — jobs accepted per second, one transaction each or in bulk.
-* :func:`drain` — jobs finished per second by N warm workers on a pre-filled queue, and what
-  each job cost the database (commits, row writes, statements, connections).
+* :func:`drain` — jobs finished per second by N workers started on a pre-filled queue: the whole
+  run (start-up included) and the 10-90 % window.
+* :func:`cost` — what each job cost the database (commits, row writes, statements,
+  connections).
 * :func:`latency` — enqueue-to-handler-start delay at a fixed arrival rate on an idle system.
 * :func:`recovery` — time until the jobs of a SIGKILLed executor are claimed again.
 * :func:`pgbench` — the server's own write rate, the physical reference.
@@ -20,11 +22,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from . import common
 from .common import (
     HARNESS_XACTS_PER_READ,
-    PG_HOST,
-    PG_PORT,
-    PG_USER,
     ROOT,
     connect,
     counting_env,
@@ -33,6 +33,7 @@ from .common import (
     processes,
     recreate_database,
     steady_rate,
+    steady_window,
 )
 from .systems import System, Tenure
 
@@ -58,34 +59,40 @@ def enqueue(system: System, single: int, bulk: int) -> dict[str, Any]:
     return _agent(system, "enqueue", single, bulk)
 
 
-def drain(system: System, jobs: int, workers: int, *, timeout: float) -> dict[str, Any]:
-    """Time ``workers`` workers draining ``jobs`` no-op jobs.
+POLL_SECONDS = 0.05
+"""How often a drain counts finished jobs: whole-run times are late by at most this."""
 
-    Database-queued systems: the workers start on an empty queue and the jobs are then
-    enqueued in one transaction (one statement where the system has a bulk call), so all of
-    them become visible at once to warm workers. Broker systems: the messages are published
-    first (publishing one by one would otherwise race the drain) and the workers start after.
-    Either way the rate is taken between 10 % and 90 % done (see
-    :func:`bench.common.steady_rate`), so start-up is not counted; ``wall_per_second`` counts
-    from the workers' start (broker systems) or the enqueue's start (the others).
+
+def drain(system: System, jobs: int, workers: int, *, timeout: float) -> dict[str, Any]:
+    """Time ``workers`` worker processes of ``system`` (in its shape) draining ``jobs`` no-op
+    jobs; the same procedure for every system and both shapes.
+
+    The jobs are enqueued first (one bulk call where the system has one, else one message at
+    a time), and the workers are started the moment the enqueue has returned (committed or
+    published). Two figures come from the finished count, polled every
+    :data:`POLL_SECONDS`:
+
+    * the **whole run**: from the enqueue's return to the last job done, the workers'
+      start-up included (``whole_seconds``, ``whole_per_second`` = jobs / whole_seconds);
+    * the **10-90 % window**: the rate between 10 % and 90 % done
+      (:func:`bench.common.steady_rate`), which leaves out most of the start-up and the tail.
+
+    A drain is time-boxed at ``timeout`` seconds after the enqueue returned; a drain cut by it
+    has no whole-run time and its ``whole_per_second`` is what was done over the box.
     """
     system.reset()
     env = system.env(**system.worker_env(workers))
     progress: list[tuple[float, int]] = []
     conn = connect(system.db) if system.db else None
     try:
-        with processes(f"{system.key}-drain-{workers}", grace=0.0) as procs:
-            if system.broker:
-                _agent(system, "preload", jobs)
+        with processes(f"{system.key}-{system.shape}-drain-{workers}", grace=0.0) as procs:
+            enqueue = _agent(system, "preload", jobs)
             t0 = time.monotonic()
             for cmd in system.worker_cmds(workers):
                 procs.start(cmd, env)
-            if not system.broker:
-                t0 = time.monotonic()
-                _agent(system, "preload", jobs)
             done = 0
             while done < jobs and time.monotonic() - t0 < timeout:
-                time.sleep(0.1)
+                time.sleep(POLL_SECONDS)
                 done = system.done(conn, jobs)
                 progress.append((time.monotonic() - t0, done))
                 if procs.alive() == 0:
@@ -94,13 +101,24 @@ def drain(system: System, jobs: int, workers: int, *, timeout: float) -> dict[st
     finally:
         if conn is not None:
             conn.close()
+    complete = done >= jobs
+    window = steady_window(progress, jobs)
+    first = next((t for t, d in progress if d > 0), float("nan"))
+    nan = float("nan")
     return {
         "jobs": jobs,
         "done": done,
+        "complete": complete,
+        "processes": workers,
+        "concurrency": system.concurrency,
         "per_second": steady_rate(progress, jobs),
-        "wall_per_second": done / elapsed if elapsed else float("nan"),
+        "window_seconds": window[1] - window[0] if window else nan,
+        "whole_seconds": elapsed if complete else nan,
+        "whole_per_second": done / elapsed if elapsed else nan,
+        "first_done_seconds": first,
         "seconds": elapsed,
-        "complete": done >= jobs,
+        "timeout": timeout,
+        "enqueue_seconds": float(enqueue.get("seconds", nan)),
     }
 
 
@@ -211,7 +229,8 @@ def pgbench_tps(seconds: int, clients: int = 2) -> dict[str, Any]:
     if exe is None:
         return {"tps": float("nan"), "note": "pgbench not found"}
     db = "bench_pgbench"
-    args = ["-h", PG_HOST, "-p", PG_PORT, "-U", PG_USER]
+    # Read at call time: the run may have pointed the harness at a cluster of its own.
+    args = ["-h", common.PG_HOST, "-p", common.PG_PORT, "-U", common.PG_USER]
     recreate_database(db)
     subprocess.run([exe, *args, "-i", "-q", db], check=True, capture_output=True)
     out = subprocess.run(
@@ -223,4 +242,9 @@ def pgbench_tps(seconds: int, clients: int = 2) -> dict[str, Any]:
     tps = next(
         float(line.split("=")[1].split()[0]) for line in out.splitlines() if line.startswith("tps")
     )
-    return {"tps": tps, "clients": clients, "seconds": seconds}
+    return {
+        "tps": tps,
+        "clients": clients,
+        "seconds": seconds,
+        "server": f"{common.PG_HOST}:{common.PG_PORT}",
+    }

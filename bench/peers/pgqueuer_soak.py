@@ -1,5 +1,6 @@
 """The soak's pgqueuer worker: the asyncpg driver, the soak's three job kinds as async
-entrypoints, and the batch size and concurrency cap chosen in bench/README.md ("Soak").
+entrypoints, and the batch size and concurrency cap chosen in bench/README.md ("Soak"). The
+drain at their best runs it too (its ``noop`` kind is the drain's no-op job).
 
 Run as ``python -m bench.peers.pgqueuer_soak``: what ``pgq run bench.peers.pgqueuer_soak:main
 --batch-size 4 --max-concurrent-tasks 8`` does, through the same documented entry point (see
