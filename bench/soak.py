@@ -377,6 +377,7 @@ class ProcrastinateEnqueuer(Enqueuer):
 
 ENQUEUERS: dict[str, type[Enqueuer]] = {
     "tenure": TenureEnqueuer,
+    "tenure-celery-defaults": TenureEnqueuer,
     "pgqueuer": PgQueuerEnqueuer,
     "procrastinate": ProcrastinateEnqueuer,
 }
