@@ -250,8 +250,9 @@ def test_a_claim_seeks_past_the_entries_a_held_snapshot_keeps() -> None:
 
 
 def test_floors_follow_claims_and_wakeups_and_yield_to_a_full_read_when_due() -> None:
-    """Claims raise a floor, wake-ups lower it or add a priority; a full read comes first,
-    after a short claim while the last full read was cut off, and every full-read interval."""
+    """Claims raise a floor, wake-ups lower it or add a priority; a full read comes first and
+    every full-read interval; a short claim after a cut-off full read discovers the lower
+    priorities."""
     floors = store.ClaimFloors()
     b = time.monotonic() + 60  # the claims below come after the wake-ups they follow
     margin = dt.timedelta(seconds=conf.get().CLAIM_FLOOR_MARGIN_SECONDS)
@@ -276,11 +277,17 @@ def test_floors_follow_claims_and_wakeups_and_yield_to_a_full_read_when_due() ->
     ]
     floors.learn(["q"], [lease(0, t), lease(9, t)], limit=2, full=False, now=b + 1.5)
     assert floors.seeks(["q"], now=b + 1.5) == [("q", 0, t - margin), ("q", 9, t - margin)]
-    # A full read cut off by its limit may have left priorities unseen: once a claim from the
-    # floors comes up short, the next reads from the start.
+    # A full read cut off by its limit may have left lower priorities unseen: once a claim
+    # from the floors comes up short, those below the lowest it took are discovered (not
+    # read again from the start).
     floors.learn(["q"], [lease(9, t)], limit=1, full=True, now=b + 2.0)
+    assert floors.undiscovered(["q"]) == []  # not yet: the floors may still hold jobs
     floors.learn(["q"], [], limit=1, full=False, now=b + 2.1)
-    assert floors.seeks(["q"], now=b + 2.2) == []
+    assert floors.undiscovered(["q"]) == [("q", 9)]
+    assert floors.seeks(["q"], now=b + 2.2) != []  # still from the floors
+    floors.discovered("q", [(3, t - dt.timedelta(minutes=1))])
+    assert floors.undiscovered(["q"]) == []
+    assert ("q", 3, t - dt.timedelta(minutes=1) - margin) in floors.seeks(["q"], now=b + 2.2)
     floors.learn(["q"], [], limit=1, full=True, now=b + 3.0)
     assert floors.seeks(["q"], now=b + 3.0 + every - 0.1) != []
     assert floors.seeks(["q"], now=b + 3.0 + every) == []
@@ -328,3 +335,56 @@ def test_a_job_enqueued_behind_the_floors_is_claimed_after_its_wakeup() -> None:
     in_a.enqueue(n=101)
     [got] = store.claim(executor=EXEC, queues=["plan_a"], limit=1)
     assert got.job_id == urgent.pk
+
+
+@pytest.fixture
+def claim_shapes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The shape of every PostgreSQL claim made from here on, in order."""
+    shapes: list[str] = []
+    real = store._claim_shape
+
+    def spy(*, by_id: bool, nqueues: int, floors: bool) -> str:
+        shape = real(by_id=by_id, nqueues=nqueues, floors=floors)
+        shapes.append(shape)
+        return shape
+
+    monkeypatch.setattr(store, "_claim_shape", spy)
+    return shapes
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="claim floors are PostgreSQL's")
+def test_jobs_arriving_one_at_a_time_are_claimed_from_the_floors(claim_shapes: list[str]) -> None:
+    """A job arrives, a claim of one takes it, an idle slot's claim comes up short. A full
+    read that took its whole limit used to make that short claim send the next one back to
+    the start of the index: every arrival was then claimed by a full read, which under a held
+    snapshot walks every entry claimed since. Now only the first claim (and one per full-read
+    interval) reads from the start."""
+    store.FLOORS.forget()
+    for i in range(30):
+        in_a.enqueue(n=i)
+        [lease] = store.claim(executor=EXEC, queues=["plan_a"], limit=1)
+        assert store.claim(executor=EXEC, queues=["plan_a"], limit=1) == []
+        store.complete(lease)
+    full = [s for s in claim_shapes if s != store.CLAIM_FROM_FLOORS]
+    assert len(claim_shapes) == 60
+    assert len(full) <= 2, claim_shapes
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="claim floors are PostgreSQL's")
+def test_a_lower_priority_a_cut_off_full_read_did_not_reach_is_discovered(
+    claim_shapes: list[str],
+) -> None:
+    """Priorities 5 and 0 waiting; the first (full) read takes one job of priority 5. Once
+    priority 5 is drained, the short claim leads to a discovery of the priorities below 5, and
+    the priority-0 job is claimed next from the floors, without a read from the start."""
+    in_a.enqueue_many([{"n": i} for i in range(3)], priority=5)
+    low = in_a.enqueue(n=99, priority=0)
+    store.FLOORS.forget()  # as in a process started after these were enqueued
+    taken = [x.priority for x in store.claim(executor=EXEC, queues=["plan_a"], limit=1)]
+    assert taken == [5]
+    taken += [x.priority for x in store.claim(executor=EXEC, queues=["plan_a"], limit=8)]
+    # from the floors, which know priority 5 only: two more of it, then short
+    assert taken == [5, 5, 5]
+    [got] = store.claim(executor=EXEC, queues=["plan_a"], limit=8)
+    assert got.job_id == low.pk
+    assert claim_shapes == [store.CLAIM_ONE_QUEUE] + [store.CLAIM_FROM_FLOORS] * 2
