@@ -504,7 +504,7 @@ CELERY_NOTE = (
 )
 
 WHY = {
-    "broker-less drain >= 1.5x procrastinate": (
+    "broker-less drain >= 3.0x procrastinate": (
         "Per job the broker-less executor makes one commit in three round trips: `BEGIN`, "
         "one prepared statement (the fenced completion, the attempt's end, the claim of the "
         "thread's next job with its attempt row, and the transaction id), `COMMIT`. The "
@@ -519,7 +519,7 @@ WHY = {
         "while they wait in memory) or completing outside a transaction, which would give up "
         "the lease and read-back guarantees."
     ),
-    "broker-less drain >= 1.0x pgqueuer": (
+    "broker-less drain >= 1.2x pgqueuer": (
         "pgqueuer claims several jobs per statement (at its best 4 per dequeue) and writes "
         "their ends together from an asyncio loop (a log insert and a delete), keeping no "
         "attempt history or fenced lease; Tenure's broker-less executor commits each "
@@ -530,13 +530,13 @@ WHY = {
         "django-tasks-db opens a new connection per task (its worker closes old connections "
         "around each one) and claims with a read then a separate write."
     ),
-    ">= 50 % of pgbench": (
+    ">= 40 % of pgbench": (
         "A pgbench `-N` transaction is one commit from a C client; a Tenure job is one commit "
         "(the completion with the next claim, three round trips) plus Python on "
         "the same 2 cores as the server, so the workers and the server compete for the CPU "
         "pgbench's C client hardly uses."
     ),
-    "Celery executor >= 0.7x celery": (
+    "Celery executor >= 0.8x celery": (
         "Every message still goes through Celery's own per-message work, and each batch of "
         "chained jobs adds a durable commit in the same process; the chain is bounded by "
         "`TENURE_CELERY_CHAIN_SECONDS` per message (see the note under the drain table)."
@@ -613,9 +613,9 @@ def _targets(data: dict[str, Any]) -> list[tuple[str, str, bool]]:
         ok = all(r >= need for r in rs if not math.isnan(r))
         out.append((f"{name} >= {need}x {peer}, same shape (per worker count)", cells, ok))
 
-    ratio_row(TENURE, "procrastinate", 1.5, "broker-less drain")
+    ratio_row(TENURE, "procrastinate", 3.0, "broker-less drain")
     ratio_row(TENURE, "django-tasks-db", 1.5, "broker-less drain")
-    ratio_row(TENURE, "pgqueuer", 1.0, "broker-less drain")
+    ratio_row(TENURE, "pgqueuer", 1.2, "broker-less drain")
     tps = _med(rounds, "pgbench", "tps")
     if TENURE in best:
         best_rate = _med(rounds, "best", TENURE, "per_second")
@@ -631,13 +631,13 @@ def _targets(data: dict[str, Any]) -> list[tuple[str, str, bool]]:
     frac = best_rate / tps if tps else float("nan")
     out.append(
         (
-            ">= 50 % of pgbench write TPS",
+            ">= 40 % of pgbench write TPS",
             f"{_f(best_rate)} jobs/s 10-90 % ({where}; whole run {_f(whole)}) / {_f(tps)} TPS "
             f"= {frac:.0%}",
-            frac >= 0.5,
+            frac >= 0.4,
         )
     )
-    ratio_row(TENURE_CELERY, "celery", 0.7, "Celery executor")
+    ratio_row(TENURE_CELERY, "celery", 0.8, "Celery executor")
     if TENURE not in same:
         # Only the headline drain ran (``--shapes best``): no other workload.
         return out
