@@ -243,21 +243,22 @@ def median(values: Sequence[float]) -> float:
     return statistics.median(xs) if xs else float("nan")
 
 
+def _when(progress: Sequence[tuple[float, int]], target: float) -> float | None:
+    """When ``target`` jobs were done, interpolated between ``(time, done)`` samples."""
+    prev_t, prev_d = None, None
+    for t, d in progress:
+        if d >= target:
+            if prev_t is None or prev_d is None or d == prev_d:
+                return t
+            return prev_t + (t - prev_t) * (target - prev_d) / (d - prev_d)
+        prev_t, prev_d = t, d
+    return None
+
+
 def steady_window(progress: Sequence[tuple[float, int]], total: int) -> tuple[float, float] | None:
     """When 10 % and 90 % of ``total`` were done, interpolated between ``(time, done)``
     samples; ``None`` when 90 % was never reached."""
-
-    def when(target: float) -> float | None:
-        prev_t, prev_d = None, None
-        for t, d in progress:
-            if d >= target:
-                if prev_t is None or prev_d is None or d == prev_d:
-                    return t
-                return prev_t + (t - prev_t) * (target - prev_d) / (d - prev_d)
-            prev_t, prev_d = t, d
-        return None
-
-    t_lo, t_hi = when(0.1 * total), when(0.9 * total)
+    t_lo, t_hi = _when(progress, 0.1 * total), _when(progress, 0.9 * total)
     if t_lo is None or t_hi is None or t_hi <= t_lo:
         return None
     return t_lo, t_hi
@@ -269,19 +270,8 @@ def steady_rate(progress: Sequence[tuple[float, int]], total: int) -> float:
     Excludes start-up (processes importing, connecting) and the tail (the last jobs spread
     over fewer workers), so the figure is the drain rate itself.
     """
-
-    def when(target: float) -> float | None:
-        prev_t, prev_d = None, None
-        for t, d in progress:
-            if d >= target:
-                if prev_t is None or prev_d is None or d == prev_d:
-                    return t
-                return prev_t + (t - prev_t) * (target - prev_d) / (d - prev_d)
-            prev_t, prev_d = t, d
-        return None
-
     lo, hi = 0.1 * total, 0.9 * total
-    t_lo, t_hi = when(lo), when(hi)
+    t_lo, t_hi = _when(progress, lo), _when(progress, hi)
     if t_lo is not None and t_hi is not None and t_hi > t_lo:
         return (hi - lo) / (t_hi - t_lo)
     # Time-boxed before 90 %: the rate over what was done after the 10 % mark, or after the
