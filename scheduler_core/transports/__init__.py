@@ -21,6 +21,9 @@ EVERY_QUEUE = "*"
 """What a consumer that cannot say which queues it serves registers."""
 CONSUMERS_REFRESH_SECONDS = 5.0
 """How long a process trusts what it last read of the live consumers."""
+NO_CONSUMER_REFRESH_SECONDS = 1.0
+"""How long it trusts a read that found none: the first worker to start is noticed within a
+second, so jobs enqueued before it are hinted soon after it registers."""
 
 
 class _Consumers:
@@ -36,8 +39,10 @@ class _Consumers:
         now = time.monotonic()
         with self._lock:
             read = self._read
-        if read is not None and read[1] == transport and now - read[0] < CONSUMERS_REFRESH_SECONDS:
-            return read[2]
+        if read is not None and read[1] == transport:
+            ttl = CONSUMERS_REFRESH_SECONDS if read[2] else NO_CONSUMER_REFRESH_SECONDS
+            if now - read[0] < ttl:
+                return read[2]
         try:
             found = _live_consumer_queues(transport)
         except DatabaseError as e:

@@ -166,3 +166,21 @@ def test_a_pool_process_that_cannot_register_at_fork_registers_when_the_database
         assert refusals == []
     finally:
         celery_transport._state["hb"].stop()
+
+
+def test_the_first_consumer_is_noticed_within_a_second(settings: Any) -> None:
+    """A read that found no consumer is trusted for a second only (one that found some, for
+    five): jobs enqueued before the first worker started wait about a second, not five."""
+    import time
+
+    settings.TENURE_TRANSPORT = "celery"
+    settings.TENURE_BROKER_QUEUES = ()
+    transports.CONSUMERS.forget()
+    assert not transports.uses_broker("bq-broker")
+    executor_id = store.new_executor_id("test-celery")
+    store.executor_started(executor_id, transport="celery", queues=["*"], concurrency=1)
+    assert not transports.uses_broker("bq-broker")  # the empty answer, still trusted
+    time.sleep(transports.NO_CONSUMER_REFRESH_SECONDS + 0.1)
+    assert transports.uses_broker("bq-broker")
+    store.executor_stopped(executor_id)
+    assert transports.uses_broker("bq-broker")  # a found consumer is trusted longer
