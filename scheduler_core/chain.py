@@ -51,9 +51,8 @@ from django.db import connection as db_connection
 
 from . import conf, metrics, registry, store
 from .context import JobContext
-from .exceptions import EffectsUnsettled, StaleAttempt
-from .executor import Heartbeater, commit_and_read_back, end_with_error, run_lease
-from .models import Attempt
+from .exceptions import StaleAttempt
+from .executor import Heartbeater, run_lease, write_completions
 from .modes import EffectMode
 
 log = logging.getLogger("tenure.chain")
@@ -262,84 +261,18 @@ class Chain:
     # -- writes (under ``_writing``, by either thread) ----------------------------------------
 
     def _write(self, pending: list[JobContext], want: int, *, main: bool) -> list[store.Lease]:
-        leases = [ctx.lease for ctx in pending]
-        matched: set[int] = set()
-        got: list[store.Lease] = []
-
-        def write() -> int | None:
-            # Each try starts afresh; what counts is the try whose commit is known. With no
-            # completion to write this is the claim alone, still in a transaction of its own
-            # whose id says, after a lost reply, whether the claims stand.
-            matched.clear()
-            got.clear()
-            xid, done, claimed = store.complete_many_and_claim(
-                leases, executor=self.executor_id, queues=self.queues, limit=want
-            )
-            matched.update(done)
-            got.extend(claimed)
-            return xid
-
-        def landed() -> bool:
-            # Without a transaction id (SQLite), a row the transaction wrote tells.
-            done = [lease for lease in leases if lease.job_id in matched]
-            if done:
-                return Attempt.objects.filter(pk=done[0].attempt_id, outcome="succeeded").exists()
-            if got:
-                g = got[0]
-                return Attempt.objects.filter(
-                    pk=g.attempt_id, job_id=g.job_id, fence=g.fence, executor=g.executor
-                ).exists()
-            return True  # it wrote nothing: nothing of it can stand or be lost
-
-        try:
-            commit_and_read_back(write, landed=landed, xid_from_fn=True)
-        except DatabaseError as e:
-            # Not written, or not known to be: the jobs stay leased under these attempts until
-            # their leases expire, then run again; claims made with them are not run.
-            log.warning(
-                "could not write %d completions (%s); they are left to their leases, and %d "
-                "jobs claimed with them are not run",
-                len(pending),
-                e,
-                len(got),
-            )
-            for ctx in pending:
-                self.hb.remove(ctx)
-            return []
-        for ctx in pending:
-            self.hb.remove(ctx)
-            lease = ctx.lease
-            if lease.job_id in matched:
+        written = write_completions(
+            pending,
+            executor_id=self.executor_id,
+            queues=self.queues,
+            want=want,
+            heartbeater=self.hb,
+        )
+        for lease, outcome in written.ended:
+            if outcome == "succeeded":
                 self.succeeded.append(lease.job_id)
-                self._ended(lease, "succeeded", main=main)
-            else:
-                self._refused(ctx, main=main)
-        return list(got)
-
-    def _refused(self, ctx: JobContext, *, main: bool) -> None:
-        """A completion the committed statement left out: ask why, and act on the answer."""
-        lease = ctx.lease
-        try:
-            why = store.refusal(lease, "complete")
-            if isinstance(why, EffectsUnsettled):
-                # The handler returned, but an effect may or may not have happened: the
-                # attempt ends as that ambiguous failure, under the job's effect mode.
-                outcome = end_with_error(ctx, why)
-            else:
-                # Taken over, or past its maximum runtime (AttemptOverrun).
-                metrics.stale_refused(why.write)
-                store.record_stale(why, self.executor_id)
-                outcome = "stale"
-        except StaleAttempt as e:
-            metrics.stale_refused(e.write)
-            store.record_stale(e, self.executor_id)
-            outcome = "stale"
-        except DatabaseError as e:
-            log.warning(
-                "job %s: completion refused, and why could not be read (%s)", lease.job_id, e
-            )
-            return  # left to its lease; the reaper applies the job's rules
-        self._ended(lease, outcome, main=main)
+            self._ended(lease, outcome, main=main)
+        return written.got
 
     def _take_queued(self) -> list[JobContext]:
         with self._lock:

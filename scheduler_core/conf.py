@@ -50,6 +50,13 @@ class TenureSettings:
     """PostgreSQL: however its floors stand, a process reads each queue's claim index from the
     start at least this often (a job below the floors, left by a claim rolled back elsewhere,
     waits at most this long)."""
+    EXECUTOR_GROUP_COMMIT: bool = True
+    """Broker-less executor: the successful completions of a process's threads (jobs that are
+    not ``transactional``) are written together, with the claim of the threads' next jobs, in
+    one statement and one commit. A completion then waits at most for the write under way; a
+    process killed before the write commits loses it and the job runs again once its lease
+    expires (``docs/guarantees.md``, "Completions written together"). False: each thread
+    commits its own completion with its next claim."""
     SHUTDOWN_GRACE_SECONDS: float = 10.0
     """On SIGTERM an executor stops claiming and waits this long before releasing its jobs."""
     SWEEP_INTERVAL: float = 1.0

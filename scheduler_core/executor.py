@@ -30,7 +30,7 @@ from django.db import connection as db_connection
 from . import conf, failpoints, metrics, outcomes, registry, states, store
 from .classify import PayloadMismatch, classify, retry_after_of
 from .context import JobContext
-from .exceptions import AttemptOverrun, Snooze, StaleAttempt
+from .exceptions import AttemptOverrun, EffectsUnsettled, Snooze, StaleAttempt
 from .modes import EffectMode
 from .outcomes import Decision, Reconciliation, Situation
 
@@ -287,6 +287,122 @@ def commit_and_read_back(
             if verdict == "unknown" or n == tries - 1:
                 raise
             time.sleep(0.2 * 2**n)
+
+
+@dataclass
+class Written:
+    """What one write of several completions (and a claim) did, once its commit is known.
+
+    ``ended`` pairs each attempt whose end is now known with its outcome (``succeeded``, or
+    how a refused completion ended: ``stale``, or the ambiguous failure its effect mode
+    decides); an attempt absent from it is left to its lease, which then expires and the
+    reaper applies the job's rules. ``got`` holds the jobs claimed in the same commit.
+    """
+
+    ended: list[tuple[store.Lease, str]] = field(default_factory=list)
+    got: list[store.Lease] = field(default_factory=list)
+
+
+def write_completions(
+    pending: Sequence[JobContext],
+    *,
+    executor_id: str,
+    queues: Sequence[str],
+    want: int,
+    heartbeater: Heartbeater,
+) -> Written:
+    """Write the completions of ``pending`` (attempts whose handlers returned) and claim up to
+    ``want`` jobs of ``queues``, in one statement and one commit
+    (:func:`scheduler_core.store.complete_many_and_claim`); take every one of ``pending`` out of
+    ``heartbeater``.
+
+    Each completion is fenced by its own lease; one the statement left out is asked why
+    (:func:`scheduler_core.store.refusal`) once the rest has committed: taken over or past its
+    maximum runtime, it is recorded as a refused write; refused while the job's ledger holds an
+    effect that may or may not have happened, the attempt ends as that ambiguous failure under
+    the job's effect mode, never as a success. A commit whose outcome cannot be told (the
+    database lost) leaves every attempt to its lease and runs none of the claims.
+    """
+    leases = [ctx.lease for ctx in pending]
+    matched: set[int] = set()
+    got: list[store.Lease] = []
+
+    def write() -> int | None:
+        # Each try starts afresh; what counts is the try whose commit is known. With no
+        # completion to write this is the claim alone, still in a transaction of its own whose
+        # id says, after a lost reply, whether the claims stand.
+        matched.clear()
+        got.clear()
+        failpoints.hit("before_group_commit")
+        xid, done, claimed = store.complete_many_and_claim(
+            leases, executor=executor_id, queues=queues, limit=want
+        )
+        matched.update(done)
+        got.extend(claimed)
+        return xid
+
+    def landed() -> bool:
+        # Without a transaction id (SQLite), a row the transaction wrote tells.
+        from .models import Attempt
+
+        done = [lease for lease in leases if lease.job_id in matched]
+        if done:
+            return Attempt.objects.filter(pk=done[0].attempt_id, outcome="succeeded").exists()
+        if got:
+            g = got[0]
+            return Attempt.objects.filter(
+                pk=g.attempt_id, job_id=g.job_id, fence=g.fence, executor=g.executor
+            ).exists()
+        return True  # it wrote nothing: nothing of it can stand or be lost
+
+    try:
+        commit_and_read_back(write, landed=landed, xid_from_fn=True)
+    except DatabaseError as e:
+        # Not written, or not known to be: the jobs stay leased under these attempts until
+        # their leases expire, then run again; claims made with them are not run.
+        log.warning(
+            "could not write %d completions (%s); they are left to their leases, and %d jobs "
+            "claimed with them are not run",
+            len(pending),
+            e,
+            len(got),
+        )
+        for ctx in pending:
+            heartbeater.remove(ctx)
+        return Written()
+    out = Written(got=list(got))
+    for ctx in pending:
+        heartbeater.remove(ctx)
+        if ctx.lease.job_id in matched:
+            out.ended.append((ctx.lease, "succeeded"))
+        else:
+            outcome = _refused_completion(ctx, executor_id)
+            if outcome is not None:
+                out.ended.append((ctx.lease, outcome))
+    return out
+
+
+def _refused_completion(ctx: JobContext, executor_id: str) -> str | None:
+    """A completion a committed group write left out: ask why and act on the answer; the
+    attempt's outcome, or None when why could not be read (left to its lease)."""
+    lease = ctx.lease
+    try:
+        why = store.refusal(lease, "complete")
+        if isinstance(why, EffectsUnsettled):
+            # The handler returned, but an effect may or may not have happened: the attempt
+            # ends as that ambiguous failure, under the job's effect mode.
+            return end_with_error(ctx, why)
+        # Taken over, or past its maximum runtime (AttemptOverrun).
+        metrics.stale_refused(why.write)
+        store.record_stale(why, executor_id)
+        return "stale"
+    except StaleAttempt as e:
+        metrics.stale_refused(e.write)
+        store.record_stale(e, executor_id)
+        return "stale"
+    except DatabaseError as e:
+        log.warning("job %s: completion refused, and why could not be read (%s)", lease.job_id, e)
+        return None
 
 
 def _xid() -> list[int]:
@@ -650,6 +766,17 @@ class Worker:
     Wakes on ``NOTIFY`` (PostgreSQL) or every ``poll_interval`` seconds. On SIGTERM or SIGINT
     it stops claiming, waits up to ``grace`` seconds for running attempts, then releases the
     rest through the write seam (so no job waits for a full lease) and exits.
+
+    With ``group_commit`` (``TENURE_EXECUTOR_GROUP_COMMIT``, on by default) a thread whose
+    attempt succeeded (a job that is not ``transactional``) hands the completion to the
+    worker's loop and takes its next job at once; the loop writes every completion handed to it
+    since its last write in one statement, each fenced by its own lease, together with the
+    claim of as many jobs as there are free threads, in one commit
+    (:func:`write_completions`). A completion waits at most for the write under way when it
+    was handed over; a process killed before its write commits loses it, and the job runs again
+    once its lease expires, as when a process dies between a handler's return and its own
+    commit (``docs/guarantees.md``, "Completions written together"). Without it each thread
+    commits its completion with the claim of its own next job (:class:`NextClaim`).
     """
 
     def __init__(
@@ -662,6 +789,7 @@ class Worker:
         burst: bool = False,
         executor_id: str | None = None,
         claim_next: bool = True,
+        group_commit: bool | None = None,
     ) -> None:
         s = conf.get()
         self.queues = list(queues)
@@ -671,12 +799,16 @@ class Worker:
         self.burst = burst
         self.claim_next = claim_next
         """Claim the next job in each successful attempt's completion transaction."""
+        self.group_commit = s.EXECUTOR_GROUP_COMMIT if group_commit is None else group_commit
+        """Write the threads' successful completions together from the worker's loop."""
         self.executor_id = executor_id or store.new_executor_id("exec")
         self.heartbeater = Heartbeater(self.executor_id)
         self.stats = WorkerStats()
         self._todo: queue_mod.Queue[store.Lease | None] = queue_mod.Queue()
         self._busy = 0
         self._busy_lock = threading.Lock()
+        # Completions handed over by the threads, written by the loop (under _busy_lock).
+        self._handed: list[JobContext] = []
         self._wake = threading.Event()
         self._stopping = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -733,13 +865,15 @@ class Worker:
         backoff = 0.0
         try:
             while not self._stopping.is_set():
-                # Cleared before claiming, so a wake-up that arrives meanwhile is not lost.
+                # Cleared before looking, so a wake-up (or a completion handed over) that
+                # arrives meanwhile is not lost.
                 self._wake.clear()
+                handed = self._take_handed()
                 free = self.concurrency - self._busy_count()
                 got = 0
-                if free > 0:
+                if handed or free > 0:
                     try:
-                        got = self._claim(free)
+                        got = self._write(handed, free) if handed else self._claim(free)
                         backoff = 0.0
                     except DatabaseError as e:
                         # The database is down or refusing: back off, never spin.
@@ -748,10 +882,11 @@ class Worker:
                         db_connection.close()
                         self._stopping.wait(backoff)
                         continue
-                if self.burst and got == 0 and self._busy_count() == 0:
+                idle = got == 0 and not handed and self._busy_count() == 0
+                if self.burst and idle and not self._has_handed():
                     break
                 # Either nothing more is due or every slot is busy: wait for NOTIFY, a freed
-                # slot, or the poll interval.
+                # slot, a completion handed over, or the poll interval.
                 self._wake.wait(self.poll_interval)
         finally:
             listener.stop()
@@ -762,14 +897,48 @@ class Worker:
         with self._busy_lock:
             return self._busy
 
+    def _take_handed(self) -> list[JobContext]:
+        with self._busy_lock:
+            handed, self._handed = self._handed, []
+        return handed
+
+    def _has_handed(self) -> bool:
+        with self._busy_lock:
+            return bool(self._handed)
+
+    def _hand_over(self, ctx: JobContext) -> bool:
+        """``run_lease``'s ``defer``: the loop writes this successful completion."""
+        with self._busy_lock:
+            self._handed.append(ctx)
+        self._wake.set()
+        return True
+
     def _claim(self, free: int) -> int:
         leases = store.claim(executor=self.executor_id, queues=self.queues, limit=free)
+        self._queue_up(leases)
+        return len(leases)
+
+    def _write(self, handed: list[JobContext], free: int) -> int:
+        """Write ``handed``'s completions and claim up to ``free`` jobs, in one commit."""
+        want = 0 if self._stopping.is_set() else free
+        written = write_completions(
+            handed,
+            executor_id=self.executor_id,
+            queues=self.queues,
+            want=want,
+            heartbeater=self.heartbeater,
+        )
+        for lease, outcome in written.ended:
+            self._ended(lease, outcome)
+        self._queue_up(written.got)
+        return len(written.got)
+
+    def _queue_up(self, leases: Sequence[store.Lease]) -> None:
         for lease in leases:
             self._took(lease)
             self._todo.put(lease)
         if leases:
             metrics.claimed(len(leases))
-        return len(leases)
 
     def _took(self, lease: store.Lease) -> None:
         """Count a committed claim against this executor's slots."""
@@ -777,6 +946,12 @@ class Worker:
             self._busy += 1
         self.stats.claimed += 1
         store.log_event("claim", job=lease.job_id, fence=lease.fence, attempt_kind=lease.kind)
+
+    def _ended(self, lease: store.Lease, outcome: str) -> None:
+        """Record the end of an attempt whose outcome is known."""
+        with self._busy_lock:
+            self.stats.outcomes[outcome] = self.stats.outcomes.get(outcome, 0) + 1
+        store.log_event("end", job=lease.job_id, fence=lease.fence, outcome=outcome)
 
     def _next_claim(self) -> NextClaim | None:
         """A claim of one more job for the slot an attempt is about to free, made in that
@@ -793,6 +968,7 @@ class Worker:
 
     def _work(self) -> None:
         rng = random.Random()
+        defer = self._hand_over if self.group_commit else None
         while True:
             lease: store.Lease | None = self._todo.get()
             if lease is None:
@@ -804,10 +980,14 @@ class Worker:
                 try:
                     drop_connection_if_broken()
                     outcome = run_lease(
-                        lease, heartbeater=self.heartbeater, rng=rng, next_claim=nxt
+                        lease,
+                        heartbeater=self.heartbeater,
+                        rng=rng,
+                        next_claim=nxt,
+                        defer=defer,
                     )
-                    self.stats.outcomes[outcome] = self.stats.outcomes.get(outcome, 0) + 1
-                    store.log_event("end", job=lease.job_id, fence=lease.fence, outcome=outcome)
+                    if outcome != "deferred":
+                        self._ended(lease, outcome)
                 except Exception:
                     store.log_event("end", job=lease.job_id, fence=lease.fence, outcome="error")
                     # The database failed while ending the attempt: its lease will expire and
@@ -831,8 +1011,11 @@ class Worker:
 
     def _shutdown(self) -> None:
         deadline = time.monotonic() + (self.grace if self._stopping.is_set() else 0)
-        while self._busy_count() and time.monotonic() < deadline:
+        while (self._busy_count() or self._has_handed()) and time.monotonic() < deadline:
+            self._flush_handed()
             time.sleep(0.05)
+        # Completions handed over are written, never released: their handlers returned.
+        self._flush_handed()
         for ctx in self.heartbeater.active():
             ctx.mark_lost("executor shut down before the attempt finished")
             try:
@@ -853,6 +1036,12 @@ class Worker:
             self.stats.claimed,
             self.stats.outcomes,
         )
+
+    def _flush_handed(self) -> None:
+        """Write the completions handed over, claiming nothing."""
+        handed = self._take_handed()
+        if handed:
+            self._write(handed, 0)
 
 
 def limit_idle_transactions() -> None:

@@ -4,7 +4,8 @@
 process act at those points: ``kill`` (SIGKILL itself), ``stop`` (SIGSTOP itself, to be
 resumed by SIGCONT from outside), ``sleep:N`` (sleep N seconds) or ``raise`` (raise
 :class:`FailpointError`). Points: ``after_claim``, ``before_effect``, ``after_effect``,
-``before_complete``, ``in_commit``. This is a testing facility; production never sets it.
+``before_complete``, ``in_commit``, ``before_group_commit`` (an executor's write of several
+completions together, before its statement is sent). This is a testing facility; production never sets it.
 """
 
 from __future__ import annotations
@@ -17,7 +18,14 @@ import time
 
 log = logging.getLogger("tenure.failpoints")
 
-POINTS = ("after_claim", "before_effect", "after_effect", "before_complete", "in_commit")
+POINTS = (
+    "after_claim",
+    "before_effect",
+    "after_effect",
+    "before_complete",
+    "in_commit",
+    "before_group_commit",
+)
 
 
 class FailpointError(RuntimeError):

@@ -232,9 +232,15 @@ def _check(mode: Mode, job: Job, scenario: str) -> int:
 # ---------------------------------------------------------------------------------------------
 
 
-def _crash_scenario(spawn: Any, env: dict[str, str], failpoint: str, seed: int) -> dict[str, Any]:
+def _crash_scenario(
+    spawn: Any,
+    env: dict[str, str],
+    failpoint: str,
+    seed: int,
+    modes: list[Mode] | None = None,
+) -> dict[str, Any]:
     rng = random.Random(seed)
-    pairs = _enqueue(list(MODES.values()), rng)
+    pairs = _enqueue(list(MODES.values()) if modes is None else modes, rng)
     armed = _armed(spawn, env, f"{failpoint}=kill", len(pairs))
     # Each armed executor takes one job and kills itself at the failpoint.
     wait_until(lambda: all(p.poll() is not None for p in armed), timeout=60, interval=0.1)
@@ -286,6 +292,22 @@ def test_kill_before_the_completion_is_acknowledged_each_mode_keeps_its_promise(
     # The effect was applied and recorded before the crash: every mode skips it on the rerun.
     for name, (n, j) in counts.items():
         assert (n, j.state) == (1, "succeeded"), name
+
+
+@pytest.mark.parametrize("seed", range(SEED, SEED + ROUNDS))
+def test_kill_while_a_completion_waits_for_the_group_write_each_mode_keeps_its_promise(
+    spawn: Any, env: dict[str, str], seed: int
+) -> None:
+    """The window completions written together open (``TENURE_EXECUTOR_GROUP_COMMIT``): the
+    handler returned and handed its completion to the executor's loop, which is killed before
+    its write. The job stays leased until its lease expires, then runs again; the effect was
+    recorded before the crash, so every mode skips it on the rerun. (``transactional`` jobs
+    commit with their handler and never wait for the group write.)"""
+    counts = _crash_scenario(spawn, env, "before_group_commit", seed, modes=EXTERNAL)
+    for name, (n, j) in counts.items():
+        assert (n, j.state) == (1, "succeeded"), name
+        # The first attempt's completion was lost with the process: a second attempt ran.
+        assert Attempt.objects.filter(job=j, outcome="lease_expired").count() == 1, name
 
 
 # ---------------------------------------------------------------------------------------------
