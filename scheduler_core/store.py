@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from django.db import IntegrityError, connections, transaction
+from django.db import DatabaseError, IntegrityError, connections, transaction
 from django.db.models import Exists, F, OuterRef, Q
 
 from . import conf, metrics, outcomes, states
@@ -1872,9 +1872,7 @@ def insert_job(
                     schedule_id=schedule_id,
                 )
             return existing
-        # The wake-up went out with the insert; this process's floors learn it at commit.
-        due: datetime = job.run_at
-        transaction.on_commit(lambda: FLOORS.woken(queue, priority, due), using=DB)
+        _notify(queue, priority, job.run_at)
         if hint:
             job_id = job.pk
             transaction.on_commit(lambda: transports.publish(job_id, queue), using=DB)
@@ -1918,11 +1916,7 @@ def _insert_job_sql(*, on_conflict: str) -> str:
         {on_conflict}
         RETURNING {", ".join(_DB_SET)}, priority, queue
     )
-    SELECT {", ".join("ins." + c for c in _DB_SET)},
-        pg_notify(%(channel)s, ins.priority || ' '
-            || to_char(extract(epoch FROM ins.run_at), 'FM9999999999.999999') || ' '
-            || ins.queue)
-    FROM ins
+    SELECT {", ".join("ins." + c for c in _DB_SET)} FROM ins
 """
 
 
@@ -1930,9 +1924,9 @@ _INSERT_JOB_PG = {
     False: _insert_job_sql(on_conflict=""),
     True: _insert_job_sql(on_conflict="ON CONFLICT (unique_key) DO NOTHING"),
 }
-""":func:`insert_job` on PostgreSQL, without and with a unique key: the insert and its wake-up
-(``NOTIFY``, sent at commit) in one statement. Written out rather than compiled by the ORM on
-every enqueue, which cost more (0.8 ms of the client's CPU) than the round trips it saves."""
+""":func:`insert_job` on PostgreSQL, without and with a unique key: the insert and the values
+the database sets, in one statement. Written out rather than compiled by the ORM on every
+enqueue, which cost more (0.8 ms of the client's CPU) than the round trips it saves."""
 
 
 def _insert_job_pg(fields: dict[str, Any]) -> Job | None:
@@ -1948,7 +1942,6 @@ def _insert_job_pg(fields: dict[str, Any]) -> Job | None:
         "payload": json.dumps(fields["payload"], ensure_ascii=False, allow_nan=False),
         "run_at": None if isinstance(run_at, DbNow) else run_at,
         "hint": fields["hinted_at"] is not None,
-        "channel": WAKEUP_CHANNEL,
     }
     with connections[DB].cursor() as cur:
         cur.execute(_INSERT_JOB_PG[fields["unique_key"] is not None], params)
@@ -2038,18 +2031,40 @@ WAKEUP_CHANNEL = "tenure_wakeup"
 
 
 def _notify(queue: str, priority: int, due_at: datetime) -> None:
-    """Tell executors a job of ``queue`` waits: ``NOTIFY`` on PostgreSQL, sent at commit and
-    dropped on rollback, naming the job's place in the claim order (:func:`wakeup_payload`) so
-    a listener's claim floors reach it (:meth:`ClaimFloors.woken`), whether it is due now or
-    later. This process's own floors learn it at commit too."""
-    conn = connections[DB]
-    if conn.vendor != "postgresql":
+    """Once the caller's transaction commits, tell executors a job of ``queue`` waits, naming
+    its place in the claim order (:func:`wakeup_payload`) so a listener's claim floors reach it
+    (:meth:`ClaimFloors.woken`), whether it is due now or later; this process's own floors learn
+    it too. Nothing is sent if the transaction rolls back.
+
+    The ``NOTIFY`` is not part of the enqueue's transaction: PostgreSQL serialises the commits
+    of every transaction that notifies, each holding one database-wide lock through its commit's
+    flush to disk, so enqueues committing at once queued behind each other (the soak's most
+    common wait event, ``Lock:object``, and arrivals falling behind their schedule). Sent after
+    the commit, in a transaction of its own that need not wait for the disk, it holds that lock
+    for microseconds. A wake-up lost with a process that dies between the two is a job found
+    by the next poll (``TENURE_POLL_INTERVAL``)."""
+    if connections[DB].vendor != "postgresql":
         return
-    with conn.cursor() as cur:
-        cur.execute(
-            "SELECT pg_notify(%s, %s)", [WAKEUP_CHANNEL, wakeup_payload(queue, priority, due_at)]
-        )
-    transaction.on_commit(lambda: FLOORS.woken(queue, priority, due_at), using=DB)
+    transaction.on_commit(lambda: send_wakeup(queue, priority, due_at), using=DB)
+
+
+def send_wakeup(queue: str, priority: int, due_at: datetime) -> None:
+    """Send one wake-up now, in a transaction of its own (PostgreSQL; outside any transaction
+    of the caller's), and have this process's floors learn it. A failure is logged, never
+    raised: the job it announces has committed already, and polling finds it."""
+    FLOORS.woken(queue, priority, due_at)
+    conn = connections[DB]
+    try:
+        with conn.cursor() as cur:
+            # The transaction only notifies: nothing in it needs to reach the disk before the
+            # wake-up is delivered (set_config(..., true) lasts until its end).
+            cur.execute(
+                "SELECT pg_notify(%s, %s) FROM "
+                "(SELECT set_config('synchronous_commit', 'off', true)) AS local",
+                [WAKEUP_CHANNEL, wakeup_payload(queue, priority, due_at)],
+            )
+    except DatabaseError as e:
+        log.warning("could not send the wake-up for queue %s (%s); polling finds the job", queue, e)
 
 
 def wakeup_payload(queue: str, priority: int, due_at: datetime) -> str:
