@@ -33,7 +33,7 @@ lint: venv
 	$(BIN)/ruff format --check .
 
 typecheck: venv
-	$(BIN)/mypy scheduler_core admin_ui config demo
+	$(BIN)/mypy scheduler_core admin_ui config demo verifier
 
 demo: venv
 	$(BIN)/python -m demo.run

@@ -1,11 +1,11 @@
 """The operator actions the dashboard offers, and the guarantee each one puts at stake.
 
-Each action maps to one call of :func:`scheduler_core.store.operator_action` (or its bulk
-form) and names the lifecycle transition that call takes (``scheduler_core.states``). The
+Each action maps to one call of :func:`scheduler_core.services.operator.operator_action` (or its bulk
+form) and names the lifecycle transition that call takes (``scheduler_core.domain.states``). The
 states an action is offered for are that transition's sources, never a list of their own, so
 the dashboard cannot offer what the lifecycle forbids nor hide what it allows. On top of the
 state, only two things narrow the choice: whether the job needs a verified fact
-(:func:`scheduler_core.store.needs_fact`) and the job's effect mode. The store re-checks
+(:func:`scheduler_core.services.operator.needs_fact`) and the job's effect mode. The store re-checks
 everything inside the write.
 """
 
@@ -14,9 +14,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from scheduler_core import states, store
+from scheduler_core.domain import states
+from scheduler_core.domain.modes import GUARANTEES, EffectMode
 from scheduler_core.models import Effect, Job
-from scheduler_core.modes import GUARANTEES, EffectMode
+from scheduler_core.services import operator
 
 STORE_ACTIONS: dict[str, str] = {
     states.OP_RETRY.name: "retry",
@@ -66,7 +67,7 @@ class ActionSpec:
     def offered_for(self, job: Job, *, fact_needed: bool | None = None) -> bool:
         """Whether the job's state, mode and need of a fact allow this action.
 
-        ``fact_needed`` is :func:`store.needs_fact` of the job, read here when not given.
+        ``fact_needed`` is :func:`operator.needs_fact` of the job, read here when not given.
         """
         if job.state not in self.states:
             return False
@@ -75,7 +76,7 @@ class ActionSpec:
         if self.fact is None:
             return True
         if fact_needed is None:
-            fact_needed = store.needs_fact(job)
+            fact_needed = operator.needs_fact(job)
         return self.fact == fact_needed
 
 
@@ -137,7 +138,7 @@ def offered(job: Job) -> list[ActionSpec]:
     """
     if not any(job.state in a.states for a in ACTIONS):
         return []
-    fact_needed = store.needs_fact(job)
+    fact_needed = operator.needs_fact(job)
     return [a for a in ACTIONS if a.offered_for(job, fact_needed=fact_needed)]
 
 

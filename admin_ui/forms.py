@@ -6,7 +6,7 @@ from typing import Any
 
 from django import forms
 
-from scheduler_core.states import State
+from scheduler_core.domain.states import State
 
 from .queries import HEALTH_FILTERS, PAGE_SIZE_DEFAULT, PAGE_SIZE_MAX, JobFilter
 

@@ -1,6 +1,6 @@
 """Dashboard-only reads: the filtered, keyset-paginated job list and one job's record.
 
-Counts and categories come from :mod:`scheduler_core.health`, so the list and the overview
+Counts and categories come from :mod:`scheduler_core.read.health`, so the list and the overview
 share one definition of each category. Nothing here writes.
 """
 
@@ -13,10 +13,13 @@ from typing import Any
 
 from django.db.models import Exists, OuterRef, Q, QuerySet
 
-from scheduler_core import health, registry, store
+from scheduler_core.api import registry
+from scheduler_core.domain.modes import GUARANTEES, EffectMode, Guarantee
+from scheduler_core.domain.states import State
 from scheduler_core.models import Attempt, AuditEntry, Effect, EffectEvent, Executor, Job
-from scheduler_core.modes import GUARANTEES, EffectMode, Guarantee
-from scheduler_core.states import State
+from scheduler_core.read import health
+from scheduler_core.storage.base import InFlightOwner
+from scheduler_core.storage.drivers import driver
 
 PAGE_SIZE_DEFAULT = 50
 PAGE_SIZE_MAX = 200
@@ -95,7 +98,7 @@ def bulk_targets(f: JobFilter, action: str) -> QuerySet[Job]:
     verified, one job at a time. Bulk cancel covers every state cancel may leave.
     """
     if action == "retry":
-        unsettled = store.unsettled_of_job(OuterRef("pk"))
+        unsettled = driver().unsettled_of_job(OuterRef("pk"))
         return f.queryset().filter(state=State.FAILED).exclude(Exists(unsettled))
     if action == "cancel":
         return f.queryset().filter(state__in=[State.WAITING, State.FAILED, State.INDETERMINATE])
@@ -203,7 +206,7 @@ class OwnerStatus:
     """The executor's own last liveness beat (None: no row for it)."""
     executor_stopped_at: datetime | None
     in_flight: bool
-    """Reaped and not known to have stopped: :func:`scheduler_core.store.in_flight_owners`."""
+    """Reaped and not known to have stopped: :func:`scheduler_core.storage.base.Driver.in_flight_owners`."""
 
     @property
     def holds_lease(self) -> bool:
@@ -216,9 +219,9 @@ class OwnerStatus:
         return self.executor_stopped_at is not None
 
 
-def owner_status(job: Job, in_flight: list[store.InFlightOwner]) -> OwnerStatus | None:
+def owner_status(job: Job, in_flight: list[InFlightOwner]) -> OwnerStatus | None:
     """The job's last owner (None when never claimed); ``in_flight`` is the job's
-    :func:`scheduler_core.store.in_flight_owners`."""
+    :func:`scheduler_core.storage.base.Driver.in_flight_owners`."""
     last = Attempt.objects.filter(job=job).order_by("-fence").first()
     if last is None:
         return None
@@ -243,7 +246,7 @@ def job_record(job: Job) -> dict[str, Any]:
     rows, events_total = ledger(job)
     effects = [r.effect for r in rows]
     audit = list(AuditEntry.objects.filter(job=job).order_by("-created_at", "-id")[:AUDIT_SHOWN])
-    in_flight = store.in_flight_owners(job.pk)
+    in_flight = driver().in_flight_owners(job.pk)
     return {
         "job": job,
         "payload_json": json.dumps(job.payload, indent=2, sort_keys=True, ensure_ascii=False),

@@ -1,7 +1,7 @@
 """Dashboard views: one per page, plus POST-only endpoints for actions.
 
 Reads go through :mod:`admin_ui.queries`; every change goes through
-:func:`scheduler_core.store.operator_action` (or its bulk form), which checks state and version
+:func:`scheduler_core.services.operator.operator_action` (or its bulk form), which checks state and version
 and writes the audit row in the same transaction. An htmx request renders a named partial of
 the same template.
 """
@@ -16,9 +16,11 @@ from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
 
-from scheduler_core import conf, store
+from scheduler_core import conf
 from scheduler_core.exceptions import ActionConflict, ActionRefused
 from scheduler_core.models import Effect, Job
+from scheduler_core.services import operator
+from scheduler_core.storage.drivers import driver
 
 from . import actions, queries
 from .forms import ActionForm, BulkActionForm, JobFilterForm
@@ -98,7 +100,7 @@ def overview(request: HttpRequest) -> HttpResponse:
         "cards": cards,
         "states": list(o["states"].items()),
         "nav": "overview",
-        "counts_refresh": int(conf.get().COUNTS_REFRESH_SECONDS),
+        "counts_refresh": int(conf.tenure_settings().COUNTS_REFRESH_SECONDS),
     }
     return render(request, _template(request, "admin_ui/overview.html", "live"), context)
 
@@ -168,12 +170,12 @@ def _confirm_context(job: Job, spec: actions.ActionSpec, form: ActionForm) -> di
     """What the confirmation shows: the statement, the effects a fact would be about (each
     with its box), and the earlier owners that may still be in flight."""
     effects = list(Effect.objects.filter(job=job).order_by("name"))
-    unsettled = store.unsettled_effects(job.pk)
+    unsettled = driver().unsettled_effects(job.pk)
     if isinstance(form.data, QueryDict):
         checked = set(form.data.getlist("effects"))
     else:
         checked = set(form.initial.get("effects", []))
-    owners = store.in_flight_owners(job.pk)
+    owners = driver().in_flight_owners(job.pk)
     return {
         "job": job,
         "spec": spec,
@@ -211,7 +213,7 @@ def action_confirm(request: HttpRequest, job_id: int, key: str) -> HttpResponse:
         return _not_available(request, spec, job)
     initial: dict[str, Any] = {"version": job.version}
     if spec.settles_effects:
-        unsettled = store.unsettled_effects(job.pk)
+        unsettled = driver().unsettled_effects(job.pk)
         # With one effect in question there is nothing to choose; with several, the operator
         # ticks each one they verified.
         if len(unsettled) == 1:
@@ -241,13 +243,13 @@ def job_action(request: HttpRequest, job_id: int, key: str) -> HttpResponse:
             return _not_available(request, spec, job)
         # The store would take "none named" as the only effect in question; from this form
         # it means the operator ticked none, so nothing was verified.
-        if spec.settles_effects and not effects and store.unsettled_effects(job.pk):
+        if spec.settles_effects and not effects and driver().unsettled_effects(job.pk):
             form.add_error("effects", "Tick each effect you verified.")
             return render(
                 request, "admin_ui/confirm.html", _confirm_context(job, spec, form), status=400
             )
     try:
-        result = store.operator_action(
+        result = operator.operator_action(
             job.pk,
             action=spec.action,
             expected_version=version,
@@ -303,7 +305,7 @@ def bulk_confirm(request: HttpRequest, action: str) -> HttpResponse:
         "statement": actions.bulk_statement(action, count),
         "form": BulkActionForm(),
         "back": f"{back}?{urlencode(f.params())}",
-        "max": store.BULK_MAX,
+        "max": operator.BULK_MAX,
     }
     return render(request, _template(request, "admin_ui/bulk_confirm.html", "dialog"), context)
 
@@ -324,7 +326,7 @@ def bulk_action(request: HttpRequest, action: str) -> HttpResponse:
         errors = "; ".join(f"{k}: {' '.join(str(m) for m in v)}" for k, v in form.errors.items())
         return _problem(request, status=400, title="Incomplete", message=errors, back=back)
     try:
-        result = store.bulk_operator_action(
+        result = operator.bulk_operator_action(
             queries.bulk_targets(f, action),
             action=action,
             confirmed_count=form.cleaned_data["confirmed_count"],

@@ -53,7 +53,7 @@ def _django(settings: str) -> None:
 class TenureOps(Ops):
     def setup(self) -> None:
         _django("config.settings")
-        from scheduler_core import registry
+        from scheduler_core.api import registry
 
         self.jt = registry.get("bench.noop")
         assert self.jt is not None
@@ -267,7 +267,7 @@ def main(argv: list[str]) -> None:
     ops = OPS[system]()
     ops.setup()
     if action == "hold":
-        from scheduler_core import registry
+        from scheduler_core.api import registry
 
         k, seconds = int(args[0]), float(args[1])
         jt = registry.get("bench.hold")

@@ -75,7 +75,7 @@ def generate(jobs: int, attempts_per_job: int) -> dict[str, float]:
     out = {"generate_seconds": time.perf_counter() - t}
     # What run_scheduler does every COUNTS_REFRESH_SECONDS on a table this big: the overview
     # then reads succeeded counts from this snapshot (docs/dashboard.md).
-    from scheduler_core import maintenance
+    from scheduler_core.services import maintenance
 
     t = time.perf_counter()
     maintenance.refresh_counts()
@@ -124,7 +124,7 @@ def measure(
         out.update(generate(jobs, attempts_per_job))
     targets = pages()
     if not targets:
-        from scheduler_core import health
+        from scheduler_core.read import health
 
         def call() -> None:
             health.health_counts()

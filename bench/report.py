@@ -496,7 +496,7 @@ CELERY_NOTE = (
     "Tenure's Celery executor claims the job a message names, then claims and runs the "
     "queue's next due jobs in the same task for up to `TENURE_CELERY_CHAIN_SECONDS`, writing "
     "their successful completions together, one commit per batch "
-    "(`TENURE_CELERY_COMMIT_WINDOW`, `scheduler_core/chain.py`); the messages of jobs taken "
+    "(`TENURE_CELERY_COMMIT_WINDOW`, `scheduler_core/runtime/chain.py`); the messages of jobs taken "
     "that way are dropped, without a query when the same process completed the job. Rates "
     "count jobs finished in the database, so over a short drain this executor can pass "
     "Celery's own per-message rate; over a long one every message still costs Celery's "
@@ -552,7 +552,7 @@ WHY = {
         "grace (2 s) and its sweep interval (1 s)."
     ),
     "dashboard overview": (
-        "The overview (`admin_ui/queries.py::overview`, `scheduler_core/health.py`) reads "
+        "The overview (`admin_ui/queries.py::overview`, `scheduler_core/read/health.py`) reads "
         "succeeded and cancelled counts from the snapshot `run_scheduler` refreshes on a "
         "table this big, and counts everything else live in one scan through the state "
         "index: grouped by queue and type, with the health categories as filters of the "

@@ -282,7 +282,7 @@ def server(kind: str) -> Iterator[dict[str, Any]]:
             "changed_by_run": {},
         }
         return
-    from scheduler_core.chaos.cluster import free_port
+    from verifier.cluster import free_port
 
     from .soak import CLUSTER_SETTINGS, SoakCluster
 

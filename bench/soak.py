@@ -40,7 +40,7 @@ from typing import Any
 
 import psycopg
 
-from scheduler_core.chaos.cluster import PgCluster, free_port
+from verifier.cluster import PgCluster, free_port
 
 from . import common
 from .common import BENCH, BIN, PYTHON, VAR, percentile, processes, steady_rate
@@ -337,7 +337,7 @@ class TenureEnqueuer(Enqueuer):
         import django
 
         django.setup()
-        from scheduler_core import registry
+        from scheduler_core.api import registry
 
         self.types = {k: registry.get(f"soak.{k}") for k in KINDS}
 

@@ -87,6 +87,7 @@ INSTALLED_APPS = [
     "scheduler_core",
     "admin_ui",
     "demo",
+    "verifier",  # the fault verifier (manage.py chaos) and its hooks; this project only
 ]
 
 MIDDLEWARE = [

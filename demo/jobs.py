@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 from scheduler_core import Transient, job
-from scheduler_core.context import JobContext
+from scheduler_core.runtime.context import JobContext
 
 from . import clients
 from .models import LedgerEntry

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from scheduler_core import registry
+from scheduler_core.api import registry
 
 # (job name, payload, unique key); jobs not registered in this build are skipped.
 SEED: list[tuple[str, dict[str, Any], str]] = [

@@ -8,8 +8,16 @@ Public API::
     def charge(ctx, *, invoice_id: int, cents: int) -> None: ...
 
     charge.enqueue(invoice_id=1, cents=500)
+
+The package's layers, bottom to top (each imports only below itself): ``domain`` (pure rules),
+``models``, ``storage`` (one driver per database), ``api`` (registration, enqueue, policy),
+``read`` (health, metrics), ``runtime`` (running attempts) and ``services`` (reaper,
+schedules, retention, operator actions), then the edges (``transports``, ``management``).
 """
 
+from .api.registry import JobType, enqueue, job
+from .domain.modes import EffectMode
+from .domain.outcomes import Reconciliation
 from .exceptions import (
     ActionConflict,
     ActionRefused,
@@ -21,9 +29,6 @@ from .exceptions import (
     Transient,
     UnknownJob,
 )
-from .modes import EffectMode
-from .outcomes import Reconciliation
-from .registry import JobType, enqueue, job
 
 __all__ = [
     "ActionConflict",

@@ -1,7 +1,7 @@
 """Read-only registration of the record in Django's admin.
 
 Nothing can be added, changed or deleted here: every write to a job goes through
-``scheduler_core.store`` (executors) or the operator dashboard's guarded actions.
+``scheduler_core.storage`` (executors) or the operator dashboard's guarded actions.
 """
 
 from __future__ import annotations

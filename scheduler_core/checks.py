@@ -2,21 +2,24 @@
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from django.conf import settings
-from django.core.checks import Error, Warning, register
+from django.core.checks import Error, register
+from django.db import connections
 
-from . import conf, failpoints
+from .api.registry import check_timeout
+from .conf import tenure_settings
+from .storage.base import check_installation_id
+from .storage.drivers import BY_VENDOR
 from .transports import checks as _transport_checks  # noqa: F401  (registers them)
 
 
 @register()
 def check_tenure_settings(app_configs: Any, **kwargs: Any) -> list[Any]:
-    """Validate Tenure's settings, the database vendor and failpoints."""
+    """Validate Tenure's settings and that its database has a driver."""
     errors: list[Any] = []
-    s = conf.get()
+    s = tenure_settings()
     if s.TRANSPORT not in ("polling", "celery", "rq"):
         errors.append(
             Error(
@@ -24,10 +27,17 @@ def check_tenure_settings(app_configs: Any, **kwargs: Any) -> list[Any]:
                 id="tenure.E001",
             )
         )
-    vendor = settings.DATABASES["default"]["ENGINE"].rsplit(".", 1)[-1]
-    if vendor not in ("sqlite3", "postgresql"):
+    if s.DATABASE not in settings.DATABASES:
         errors.append(
-            Error(f"Tenure supports PostgreSQL and SQLite, not {vendor}", id="tenure.E002")
+            Error(f"TENURE_DATABASE={s.DATABASE!r} is not in DATABASES", id="tenure.E002")
+        )
+    elif not s.DRIVER and connections[s.DATABASE].vendor not in BY_VENDOR:
+        errors.append(
+            Error(
+                f"Tenure has drivers for {', '.join(sorted(BY_VENDOR))}, not "
+                f"{connections[s.DATABASE].vendor} (database {s.DATABASE!r})",
+                id="tenure.E002",
+            )
         )
     if s.REAP_GRACE_SECONDS < 0 or s.HEARTBEAT_FRACTION <= 0 or s.HEARTBEAT_FRACTION >= 0.8:
         errors.append(
@@ -36,9 +46,6 @@ def check_tenure_settings(app_configs: Any, **kwargs: Any) -> list[Any]:
                 id="tenure.E003",
             )
         )
-    from .registry import check_timeout
-    from .store import check_installation_id
-
     try:
         check_timeout(s.DEFAULT_TIMEOUT_SECONDS, what="TENURE_DEFAULT_TIMEOUT_SECONDS")
     except ValueError as e:
@@ -48,19 +55,4 @@ def check_tenure_settings(app_configs: Any, **kwargs: Any) -> list[Any]:
             check_installation_id(s.INSTALLATION_ID)
         except ValueError as e:
             errors.append(Error(f"TENURE_INSTALLATION_ID: {e}", id="tenure.E006"))
-    spec = os.environ.get("TENURE_FAILPOINTS")
-    if spec:
-        try:
-            failpoints.parse(spec)
-            errors.append(
-                Warning(f"TENURE_FAILPOINTS is set ({spec}): a testing facility", id="tenure.W001")
-            )
-        except ValueError as e:
-            errors.append(Error(f"TENURE_FAILPOINTS: {e}", id="tenure.E004"))
-    if s.TEST_DISABLE_FENCE:
-        errors.append(
-            Warning(
-                "TENURE_TEST_DISABLE_FENCE is on: stale writes are NOT refused", id="tenure.W002"
-            )
-        )
     return errors

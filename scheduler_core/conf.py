@@ -18,6 +18,11 @@ from django.core.signals import setting_changed
 class TenureSettings:
     """Every knob, with the default that ships."""
 
+    DATABASE: str = "default"
+    """The ``DATABASES`` alias of Tenure's tables: every read and write of Tenure's goes there."""
+    DRIVER: str = ""
+    """The storage driver class (a dotted path) to use instead of the one for the database's
+    vendor (``scheduler_core.storage.drivers``); empty for that one."""
     TRANSPORT: str = "polling"
     """How executors learn about due work: ``polling`` (broker-less), ``celery`` or ``rq``."""
     DEFAULT_QUEUE: str = "default"
@@ -43,7 +48,7 @@ class TenureSettings:
     """Broker-less executor: seconds between polls when no wake-up arrives."""
     CLAIM_FLOOR_MARGIN_SECONDS: float = 0.1
     """PostgreSQL: a process's claims of a queue seek to just below the oldest due time it last
-    claimed there, less this margin (``store.ClaimFloors``). An enqueue that commits later than
+    claimed there, less this margin (``storage/floors.py``). An enqueue that commits later than
     that lowers the floor through its wake-up; each claim walks the entries of the margin, which
     a held snapshot keeps (at 2 s and 300 jobs/s, about 600 of them and 4 ms per claim)."""
     CLAIM_FULL_SCAN_SECONDS: float = 5.0
@@ -65,7 +70,7 @@ class TenureSettings:
     """Celery executor: after a message's job succeeds, claim the next due jobs of the same queue
     in that completion's transaction and run them in the same task, for up to this many seconds
     per message (0: one job per message). The messages of jobs taken this way are dropped at
-    the claim, as duplicates are (:mod:`scheduler_core.chain`)."""
+    the claim, as duplicates are (:mod:`scheduler_core.runtime.chain`)."""
     CELERY_COMMIT_WINDOW: float = 0.05
     """Celery executor: within a chain, a successful completion may wait up to this many seconds
     to commit with the next ones in one statement; once they have passed, the pool process's
@@ -137,8 +142,6 @@ class TenureSettings:
     key it was first recorded with."""
     JOB_MODULES: tuple[str, ...] = ()
     """Extra modules defining jobs, imported at start-up besides every app's ``jobs.py``."""
-    TEST_DISABLE_FENCE: bool = False
-    """Negative control for the fault verifier only: drops the fence from attempt writes."""
 
 
 def _from_env(raw: str, default: Any) -> Any:
@@ -157,7 +160,7 @@ def _from_env(raw: str, default: Any) -> Any:
 _cached: TenureSettings | None = None
 
 
-def get() -> TenureSettings:
+def tenure_settings() -> TenureSettings:
     """The current settings.
 
     Django settings win; a ``TENURE_<NAME>`` environment variable is used when the settings
@@ -179,7 +182,7 @@ def reload() -> TenureSettings:
     """Drop the cache and read settings and environment again."""
     global _cached
     _cached = None
-    return get()
+    return tenure_settings()
 
 
 def _on_setting_changed(*, setting: str, **_: Any) -> None:

@@ -2,7 +2,7 @@
 the operator audit trail and live executors.
 
 Rows are read anywhere; ``Job.state``, its fence and lease are written only by
-``scheduler_core.store``.
+``scheduler_core.storage``.
 """
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from __future__ import annotations
 from django.db import models
 from django.db.models import Q
 
-from .modes import MODE_CHOICES
-from .states import STATE_CHOICES, State
+from .domain.modes import MODE_CHOICES
+from .domain.states import STATE_CHOICES, State
 
 
 class JobQuerySet(models.QuerySet["Job"]):

@@ -12,6 +12,11 @@ from typing import Any
 
 import pytest
 
+from scheduler_core.api import hints
+from scheduler_core.storage import floors
+from scheduler_core.storage.base import new_executor_id
+from scheduler_core.storage.drivers import driver
+
 ROOT = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable
 
@@ -31,23 +36,21 @@ def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
 def _tenure_test_settings(settings: Any) -> None:
     """Fast, broker-less defaults; tests that need more set them explicitly. Each test starts
     with no claim floors: the database it left them for was emptied."""
-    from scheduler_core import store, transports
 
     settings.TENURE_TRANSPORT = "polling"
     settings.TENURE_REAP_GRACE_SECONDS = 0.0
     settings.TENURE_POLL_INTERVAL = 0.05
-    store.FLOORS.forget()
-    transports.CONSUMERS.forget()
+    floors.FLOORS.forget()
+    hints.CONSUMERS.forget()
 
 
 def broker_consumer(transport: str = "celery", queues: tuple[str, ...] = ("*",)) -> str:
     """Register a live consumer of ``queues`` (broker names) for ``transport`` in the executor
     registry, as a worker does when it starts; returns its id."""
-    from scheduler_core import store, transports
 
-    executor_id = store.new_executor_id(f"test-{transport}")
-    store.executor_started(executor_id, transport=transport, queues=list(queues), concurrency=1)
-    transports.CONSUMERS.forget()
+    executor_id = new_executor_id(f"test-{transport}")
+    driver().executor_started(executor_id, transport=transport, queues=list(queues), concurrency=1)
+    hints.CONSUMERS.forget()
     return executor_id
 
 
@@ -135,16 +138,14 @@ def commit_breaks(monkeypatch: pytest.MonkeyPatch) -> None:
     failpoint raises), before anything was committed."""
     from django.db import OperationalError
 
-    from scheduler_core import failpoints
+    from scheduler_core import hooks
 
-    real_hit = failpoints.hit
+    class Breaks(hooks.Hooks):
+        def failpoint(self, name: str) -> None:
+            if name == "in_commit":
+                raise OperationalError("connection lost during COMMIT (test)")
 
-    def hit(name: str) -> None:
-        if name == "in_commit":
-            raise OperationalError("connection lost during COMMIT (test)")
-        real_hit(name)
-
-    monkeypatch.setattr(failpoints, "hit", hit)
+    monkeypatch.setattr(hooks, "_installed", Breaks())
 
 
 @pytest.fixture
@@ -155,12 +156,12 @@ def commit_reply_lost(monkeypatch: pytest.MonkeyPatch) -> Callable[[], None]:
     (autocommit) is its own commit and counts too. Fires once per ``arm()``."""
     from django.db import OperationalError, connections
 
-    from scheduler_core import store
-
     conn = connections["default"]
     armed: list[bool] = []
     real_commit = conn.commit
-    real_rows = store._pg_rows
+    # PostgreSQL's driver sends its hot statements through ``_rows`` (an autocommit
+    # statement there is its own commit); SQLite's has none.
+    real_rows = getattr(driver(), "_rows", None)
 
     def lose_reply() -> None:
         armed.clear()
@@ -172,13 +173,15 @@ def commit_reply_lost(monkeypatch: pytest.MonkeyPatch) -> Callable[[], None]:
             lose_reply()
 
     def rows(sql: str, params: Any) -> list[Any]:
+        assert real_rows is not None
         got = real_rows(sql, params)
         if armed and connections["default"] is conn and not conn.in_atomic_block:
             lose_reply()
         return got
 
     monkeypatch.setattr(conn, "commit", commit)
-    monkeypatch.setattr(store, "_pg_rows", rows)
+    if real_rows is not None:
+        monkeypatch.setattr(driver(), "_rows", rows)
     return lambda: armed.append(True)
 
 

@@ -1,7 +1,7 @@
 """Celery adapter: a message carries only a job id; the claim decides who runs it.
 
 ``celery -A config worker -Q default`` runs Tenure jobs: each pool process claims the one job a
-message names through :func:`scheduler_core.store.claim`, renews the lease from one heartbeat
+message names through :meth:`~scheduler_core.storage.base.Driver.claim`, renews the lease from one heartbeat
 thread per process, and records the end through the write seam, as the broker-less executor
 does.
 
@@ -12,7 +12,7 @@ or finished and is dropped with a log line; a lost one is re-sent by the dispatc
 
 A message is a wake-up, not an assignment: after its job succeeds, the task claims the next due
 jobs of the same queue and runs them too, for up to ``TENURE_CELERY_CHAIN_SECONDS`` per
-message, their successful completions committed together (:mod:`scheduler_core.chain`). A job
+message, their successful completions committed together (:mod:`scheduler_core.runtime.chain`). A job
 taken this way is claimed like any other; its own message, arriving later, is dropped: without
 a query when this process saw the job's completion commit, else at a claim that finds it
 leased or finished.
@@ -39,10 +39,21 @@ from typing import Any
 from celery import shared_task
 from celery.signals import worker_process_init, worker_process_shutdown, worker_shutting_down
 from django.db import DatabaseError
-from django.db import connection as db_connection
 
-from .. import chain, conf, executor, store
-from . import EVERY_QUEUE
+import scheduler_core.hooks as hooks
+
+from ..api.hints import EVERY_QUEUE, register_publisher
+from ..conf import tenure_settings
+from ..read import metrics
+from ..runtime.chain import Chain
+from ..runtime.connections import (
+    drop_connection_if_broken,
+    limit_idle_transactions,
+    register_executor,
+)
+from ..runtime.heartbeat import Heartbeater
+from ..storage.base import new_executor_id
+from ..storage.drivers import driver
 
 log = logging.getLogger("tenure.transports.celery")
 
@@ -88,21 +99,21 @@ class _Recent:
 _finished_here = _Recent(100_000, ttl=60.0)
 
 
-def _process_executor() -> tuple[str, executor.Heartbeater]:
+def _process_executor() -> tuple[str, Heartbeater]:
     """This worker process's identity and heartbeat thread, created after fork.
 
     Raises :class:`DatabaseError` while the process cannot register; the next call tries
     again (a pool process forked while the database restarts registers once it is back)."""
     with _lock:
         if _state.get("pid") != os.getpid():
-            executor.limit_idle_transactions()
-            db_connection.close()  # reopened with the limit
-            executor_id = store.new_executor_id("celery")
-            hb = executor.Heartbeater(executor_id)
+            limit_idle_transactions()
+            driver().connection.close()  # reopened with the limit
+            executor_id = new_executor_id("celery")
+            hb = Heartbeater(executor_id)
             _state.clear()
             _state.update(pid=os.getpid(), ppid=os.getppid(), id=executor_id, hb=hb)
         if not _state.get("registered"):
-            store.executor_started(
+            register_executor(
                 _state["id"], transport="celery", queues=_consumed_queues(), concurrency=1
             )
             _state["hb"].start()
@@ -123,7 +134,7 @@ def _register_until_done() -> None:
             return
         except DatabaseError as exc:
             log.warning("pool process %s not registered yet: %s", os.getpid(), exc)
-            executor.drop_connection_if_broken()
+            drop_connection_if_broken()
 
 
 def _consumed_queues() -> list[str]:
@@ -170,7 +181,7 @@ def _process_stopped(**_: Any) -> None:
         return
     _state["hb"].stop()
     try:
-        store.executor_stopped(_state["id"])
+        driver().executor_stopped(_state["id"])
     except DatabaseError:
         log.warning("could not mark executor %s stopped", _state["id"])
 
@@ -181,27 +192,28 @@ def run_job(job_id: Any) -> str:
     if isinstance(job_id, bool) or not isinstance(job_id, int):
         log.warning("dropped message with a job id that is not an integer: %r", job_id)
         return "dropped"
-    executor.drop_connection_if_broken()
+    drop_connection_if_broken()
     executor_id, hb = _process_executor()
     if job_id in _finished_here:
         log.info("dropped hint for job %s: it succeeded in this process", job_id)
-        store.log_event("hint_dropped", job=job_id)
+        hooks.event("hint_dropped", job=job_id)
         return "dropped"
     if stopping():
         log.info("dropped hint for job %s: this worker is shutting down", job_id)
-        store.log_event("hint_dropped", job=job_id)
+        hooks.event("hint_dropped", job=job_id)
         return "dropped"
-    leases = store.claim(executor=executor_id, job_id=job_id, limit=1)
+    leases = driver().claim(executor=executor_id, job_id=job_id, limit=1)
+    metrics.claimed(leases)
     if not leases:
         log.info("dropped hint for job %s: unknown, not waiting, or not yet due", job_id)
-        store.log_event("hint_dropped", job=job_id)
+        hooks.event("hint_dropped", job=job_id)
         return "dropped"
-    run = chain.Chain(
+    run = Chain(
         executor_id=executor_id,
         queue=leases[0].queue,
         heartbeater=hb,
-        seconds=conf.get().CELERY_CHAIN_SECONDS,
-        window=conf.get().CELERY_COMMIT_WINDOW,
+        seconds=tenure_settings().CELERY_CHAIN_SECONDS,
+        window=tenure_settings().CELERY_COMMIT_WINDOW,
         stopping=stopping,
     )
     try:
@@ -213,3 +225,6 @@ def run_job(job_id: Any) -> str:
 def publish(job_id: int, queue: str) -> None:
     """Publish a hint for ``job_id`` on broker queue ``queue`` (JSON, no ETA)."""
     run_job.apply_async(args=[job_id], queue=queue, serializer="json")
+
+
+register_publisher("celery", publish)

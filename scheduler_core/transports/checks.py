@@ -15,8 +15,9 @@ from django.conf import settings
 from django.core.checks import Error, register
 from django.utils.module_loading import import_string
 
-from .. import conf, registry
-from . import broker_queue
+from ..api import registry
+from ..api.hints import broker_queue
+from ..conf import tenure_settings
 
 WORKER = "scheduler_core.transports.rq.Worker"
 
@@ -24,7 +25,7 @@ WORKER = "scheduler_core.transports.rq.Worker"
 @register()
 def check_transport(app_configs: Any, **kwargs: Any) -> list[Error]:
     """Check the chosen transport's broker settings."""
-    name = conf.get().TRANSPORT
+    name = tenure_settings().TRANSPORT
     if name == "celery":
         return _check_celery()
     if name == "rq":

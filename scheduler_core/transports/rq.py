@@ -2,7 +2,7 @@
 
 ``python manage.py rqworker default`` runs Tenure jobs with :class:`Worker` (django-rq's
 ``WORKER_CLASS``), which forks a work horse per message as RQ does. The horse claims the one
-job the message names through :func:`scheduler_core.store.claim`, renews the lease from its
+job the message names through :meth:`~scheduler_core.storage.base.Driver.claim`, renews the lease from its
 own heartbeat thread and records the end through the write seam, as the broker-less executor
 does. The worker process itself registers one executor row and keeps it alive.
 
@@ -27,10 +27,15 @@ import redis
 import rq
 import rq.job
 from django.db import DatabaseError
-from django.db import connection as db_connection
 from rq.serializers import JSONSerializer
 
-from .. import executor, store
+from ..api.hints import register_publisher
+from ..read import metrics
+from ..runtime.attempt import run_lease
+from ..runtime.connections import limit_idle_transactions, register_executor
+from ..runtime.heartbeat import Heartbeater
+from ..storage.base import new_executor_id
+from ..storage.drivers import driver
 
 log = logging.getLogger("tenure.transports.rq")
 
@@ -57,10 +62,10 @@ def _executor_id() -> str:
         return str(_worker["id"])
     with _lock:
         if _own.get("pid") != os.getpid():
-            executor.limit_idle_transactions()
-            db_connection.close()  # reopened with the limit
-            executor_id = store.new_executor_id("rq")
-            store.executor_started(executor_id, transport="rq", queues=["*"], concurrency=1)
+            limit_idle_transactions()
+            driver().connection.close()  # reopened with the limit
+            executor_id = new_executor_id("rq")
+            register_executor(executor_id, transport="rq", queues=["*"], concurrency=1)
             _own.update(pid=os.getpid(), id=executor_id)
         return str(_own["id"])
 
@@ -72,18 +77,19 @@ def run_job(job_id: Any) -> str:
         return "dropped"
     try:
         executor_id = _executor_id()
-        leases = store.claim(executor=executor_id, job_id=job_id, limit=1)
+        leases = driver().claim(executor=executor_id, job_id=job_id, limit=1)
+        metrics.claimed(leases)
         if not leases:
             log.info("dropped hint for job %s: unknown, not waiting, or not yet due", job_id)
             return "dropped"
-        hb = executor.Heartbeater(executor_id, beat_executor=False)
+        hb = Heartbeater(executor_id, beat_executor=False)
         hb.start()
         try:
-            return executor.run_lease(leases[0], heartbeater=hb)
+            return run_lease(leases[0], heartbeater=hb)
         finally:
             hb.stop()
     finally:
-        db_connection.close()
+        driver().connection.close()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -135,14 +141,12 @@ class Worker(rq.Worker):
     def bootstrap(self, *args: Any, **kwargs: Any) -> None:
         """Register this worker as an executor before taking messages."""
         super().bootstrap(*args, **kwargs)
-        executor.limit_idle_transactions()  # inherited by the forked horses
-        executor_id = store.new_executor_id("rq")
-        store.executor_started(
-            executor_id, transport="rq", queues=self.queue_names(), concurrency=1
-        )
+        limit_idle_transactions()  # inherited by the forked horses
+        executor_id = new_executor_id("rq")
+        register_executor(executor_id, transport="rq", queues=self.queue_names(), concurrency=1)
         # Horses are forked from this thread: it must hold no database connection to share.
-        db_connection.close()
-        hb = executor.Heartbeater(executor_id)
+        driver().connection.close()
+        hb = Heartbeater(executor_id)
         hb.start()
         _worker.update(id=executor_id, hb=hb)
 
@@ -152,10 +156,10 @@ class Worker(rq.Worker):
         if hb is not None and not self.is_horse:
             hb.stop()
             try:
-                store.executor_stopped(_worker["id"])
+                driver().executor_stopped(_worker["id"])
             except DatabaseError:
                 log.warning("could not mark executor %s stopped", _worker["id"])
-            db_connection.close()
+            driver().connection.close()
         super().teardown()  # type: ignore[no-untyped-call]
 
     def execute_job(self, job: rq.job.Job, queue: rq.Queue) -> None:
@@ -229,3 +233,6 @@ def publish(job_id: int, queue: str) -> None:
         failure_ttl=FAILURE_TTL,
         description=f"tenure job {job_id}",
     )
+
+
+register_publisher("rq", publish)

@@ -8,8 +8,12 @@ from typing import Any
 import pytest
 from django.db import transaction
 
-from scheduler_core import job, maintenance, store, transports
+from scheduler_core import job
+from scheduler_core.api import hints
 from scheduler_core.models import Job
+from scheduler_core.services import maintenance
+from scheduler_core.storage.base import new_executor_id
+from scheduler_core.storage.drivers import driver
 from tests.conftest import broker_consumer
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -36,7 +40,7 @@ def published(monkeypatch: pytest.MonkeyPatch, settings: Any) -> list[tuple[int,
         sent.append((job_id, queue))
         return True
 
-    monkeypatch.setattr(transports, "publish", publish)
+    monkeypatch.setattr(hints, "publish", publish)
     return sent
 
 
@@ -44,13 +48,13 @@ def test_only_named_queues_use_the_broker(settings: Any) -> None:
     settings.TENURE_TRANSPORT = "celery"
     settings.TENURE_BROKER_QUEUES = ("bq-broker",)
     broker_consumer()
-    assert transports.uses_broker("bq-broker")
-    assert not transports.uses_broker("bq-db")
-    assert transports.uses_broker()  # some queue does
+    assert hints.uses_broker("bq-broker")
+    assert not hints.uses_broker("bq-db")
+    assert hints.uses_broker()  # some queue does
     settings.TENURE_BROKER_QUEUES = ()
-    assert transports.uses_broker("bq-db")
+    assert hints.uses_broker("bq-db")
     settings.TENURE_TRANSPORT = "polling"
-    assert not transports.uses_broker("bq-broker")
+    assert not hints.uses_broker("bq-broker")
 
 
 def test_enqueue_announces_only_broker_queues(published: list[tuple[int, str]]) -> None:
@@ -71,7 +75,7 @@ def test_dispatcher_resends_only_broker_queues(published: list[tuple[int, str]])
     assert maintenance.dispatch_once() == 1
     assert published == [(a.pk, "bq-broker")]
     # Just hinted: not re-sent yet.
-    assert store.take_due_hints(queues=transports.hinted_queues()) == []
+    assert driver().take_due_hints(queues=hints.hinted_queues()) == []
 
 
 def test_hints_go_only_where_a_live_consumer_takes_them(
@@ -84,7 +88,7 @@ def test_hints_go_only_where_a_live_consumer_takes_them(
     settings.TENURE_BROKER_QUEUES = ()
     sent: list[tuple[int, str]] = []
     monkeypatch.setattr(
-        transports, "publish", lambda job_id, queue: sent.append((job_id, queue)) or True
+        hints, "publish", lambda job_id, queue: sent.append((job_id, queue)) or True
     )
     with transaction.atomic():
         on_broker.enqueue()
@@ -98,8 +102,8 @@ def test_hints_go_only_where_a_live_consumer_takes_them(
     b = on_broker.enqueue()
     on_db.enqueue()
     assert sent[-1] == (b.pk, "bq-broker") and len(sent) == 2
-    store.executor_stopped(consumer)
-    transports.CONSUMERS.forget()
+    driver().executor_stopped(consumer)
+    hints.CONSUMERS.forget()
     on_broker.enqueue()
     assert len(sent) == 2
 
@@ -109,14 +113,14 @@ def test_a_job_left_unclaimed_gets_hints_ever_further_apart(
 ) -> None:
     """Re-sends are bounded: after each hint the dispatcher waits at least as long as the job
     had then been due (10 s, 10 s, 20 s, 40 s ...), not one re-send per round."""
-    from scheduler_core.dbclock import DbNow
+    from scheduler_core.storage.clock import DbNow
 
     settings.TENURE_REDISPATCH_AFTER_SECONDS = 10.0
     a = on_broker.enqueue()
 
     def state(due_ago: float, hinted_ago: float) -> bool:
         Job.objects.filter(pk=a.pk).update(run_at=DbNow(-due_ago), hinted_at=DbNow(-hinted_ago))
-        picked = [j for j, _ in store.take_due_hints()]
+        picked = [j for j, _ in driver().take_due_hints()]
         return a.pk in picked
 
     assert not state(due_ago=5, hinted_ago=5)  # hinted when it came due, 5 s ago
@@ -143,26 +147,26 @@ def test_a_pool_process_that_cannot_register_at_fork_registers_when_the_database
     settings.TENURE_TRANSPORT = "celery"
     settings.TENURE_BROKER_QUEUES = ()
     refusals = [OperationalError("the database system is starting up")] * 2
-    real = store.executor_started
+    real = driver().executor_started
 
     def starting_up(*args: Any, **kwargs: Any) -> None:
         if refusals:
             raise refusals.pop()
         real(*args, **kwargs)
 
-    monkeypatch.setattr(store, "executor_started", starting_up)
+    monkeypatch.setattr(driver(), "executor_started", starting_up)
     monkeypatch.setattr(celery_transport, "_state", {})
     celery_transport._process_started()  # the worker_process_init handler; must not raise
     assert not Executor.objects.filter(transport="celery").exists()
     consumed = frozenset(celery_transport._consumed_queues())
-    assert not transports.CONSUMERS.queues("celery")
+    assert not hints.CONSUMERS.queues("celery")
     deadline = time.monotonic() + 10
     while not Executor.objects.filter(transport="celery").exists():
         assert time.monotonic() < deadline, "the pool process never registered"
         time.sleep(0.1)
     try:
-        transports.CONSUMERS.forget()
-        assert transports.CONSUMERS.queues("celery") == consumed
+        hints.CONSUMERS.forget()
+        assert hints.CONSUMERS.queues("celery") == consumed
         assert refusals == []
     finally:
         celery_transport._state["hb"].stop()
@@ -175,12 +179,12 @@ def test_the_first_consumer_is_noticed_within_a_second(settings: Any) -> None:
 
     settings.TENURE_TRANSPORT = "celery"
     settings.TENURE_BROKER_QUEUES = ()
-    transports.CONSUMERS.forget()
-    assert not transports.uses_broker("bq-broker")
-    executor_id = store.new_executor_id("test-celery")
-    store.executor_started(executor_id, transport="celery", queues=["*"], concurrency=1)
-    assert not transports.uses_broker("bq-broker")  # the empty answer, still trusted
-    time.sleep(transports.NO_CONSUMER_REFRESH_SECONDS + 0.1)
-    assert transports.uses_broker("bq-broker")
-    store.executor_stopped(executor_id)
-    assert transports.uses_broker("bq-broker")  # a found consumer is trusted longer
+    hints.CONSUMERS.forget()
+    assert not hints.uses_broker("bq-broker")
+    executor_id = new_executor_id("test-celery")
+    driver().executor_started(executor_id, transport="celery", queues=["*"], concurrency=1)
+    assert not hints.uses_broker("bq-broker")  # the empty answer, still trusted
+    time.sleep(hints.NO_CONSUMER_REFRESH_SECONDS + 0.1)
+    assert hints.uses_broker("bq-broker")
+    driver().executor_stopped(executor_id)
+    assert hints.uses_broker("bq-broker")  # a found consumer is trusted longer

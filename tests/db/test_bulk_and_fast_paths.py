@@ -8,10 +8,14 @@ from typing import Any
 import pytest
 from django.db import connection, transaction
 
-from scheduler_core import EnqueueError, UnknownJob, conf, job, registry, states, store
+from scheduler_core import EnqueueError, UnknownJob, conf, job
+from scheduler_core.api import registry
+from scheduler_core.domain import states
+from scheduler_core.domain.outcomes import Decision
 from scheduler_core.exceptions import StaleAttempt
 from scheduler_core.models import Attempt, Job
-from scheduler_core.outcomes import Decision
+from scheduler_core.storage.base import Lease
+from scheduler_core.storage.drivers import driver
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -21,8 +25,8 @@ def item(ctx: Any, *, n: int) -> None:
     """Nothing."""
 
 
-def _claim(limit: int = 1) -> list[store.Lease]:
-    return store.claim(executor="t:1:bulk", queues=["default"], limit=limit)
+def _claim(limit: int = 1) -> list[Lease]:
+    return driver().claim(executor="t:1:bulk", queues=["default"], limit=limit)
 
 
 def test_enqueue_many_inserts_waiting_jobs_in_payload_order() -> None:
@@ -87,8 +91,8 @@ def _row(job_id: int) -> tuple[Any, ...]:
 def test_complete_writes_what_finish_writes_for_the_complete_transition() -> None:
     a, b = item.enqueue(n=1), item.enqueue(n=2)
     leases = {lease.job_id: lease for lease in _claim(limit=2)}
-    store.complete(leases[a.pk])
-    store.finish(leases[b.pk], Decision(transition=states.COMPLETE), outcome="succeeded")
+    driver().complete(leases[a.pk])
+    driver().finish(leases[b.pk], Decision(transition=states.COMPLETE), outcome="succeeded")
     assert _row(a.pk) == _row(b.pk)
     assert _row(a.pk)[0] == "succeeded"
 
@@ -97,7 +101,7 @@ def test_complete_returns_the_transaction_id_on_postgresql() -> None:
     item.enqueue(n=1)
     [lease] = _claim()
     with transaction.atomic():
-        xid = store.complete(lease)
+        xid = driver().complete(lease)
         if connection.vendor == "postgresql":
             with connection.cursor() as cur:
                 cur.execute("SELECT txid_current()")
@@ -111,16 +115,16 @@ def test_complete_under_a_stale_fence_is_refused_and_writes_nothing() -> None:
     [lease] = _claim()
     Job.objects.filter(pk=j.pk).update(fence=lease.fence + 1)  # a newer claim's fence
     with pytest.raises(StaleAttempt):
-        store.complete(lease)
+        driver().complete(lease)
     j.refresh_from_db()
     assert j.state == "leased"
     assert Attempt.objects.get(pk=lease.attempt_id).outcome == ""
 
 
 def test_settings_are_cached_and_follow_overrides(settings: Any, monkeypatch: Any) -> None:
-    assert conf.get() is conf.get()
+    assert conf.tenure_settings() is conf.tenure_settings()
     settings.TENURE_DEFAULT_LEASE_SECONDS = 77
-    assert conf.get().DEFAULT_LEASE_SECONDS == 77
+    assert conf.tenure_settings().DEFAULT_LEASE_SECONDS == 77
     del settings.TENURE_DEFAULT_LEASE_SECONDS
     monkeypatch.setenv("TENURE_DEFAULT_LEASE_SECONDS", "88")
     assert conf.reload().DEFAULT_LEASE_SECONDS == 88

@@ -1,6 +1,6 @@
 """A Celery message's chain of jobs: completions written together, each fenced on its own, and
 visible only once their commit is known; nothing held past its bound while a handler runs
-(``scheduler_core.chain``).
+(``scheduler_core.runtime.chain``).
 
 The tests where timing matters are seeded (``TENURE_SEED``); ``TENURE_LONG=1`` runs more seeds.
 """
@@ -19,8 +19,11 @@ from typing import Any
 import pytest
 from django.db import connection
 
-from scheduler_core import chain, executor, job, store
+from scheduler_core import job
 from scheduler_core.models import Attempt, Effect, Job, StaleWrite
+from scheduler_core.runtime import attempt, chain, completion, heartbeat
+from scheduler_core.storage.base import Lease
+from scheduler_core.storage.drivers import driver
 from tests.conftest import wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -96,7 +99,7 @@ def _chain(
     hold: float | None = None,
     stopping: Callable[[], bool] | None = None,
 ) -> chain.Chain:
-    hb = executor.Heartbeater(EXEC, beat_executor=False)  # ticked by hand, no thread
+    hb = heartbeat.Heartbeater(EXEC, beat_executor=False)  # ticked by hand, no thread
     extra: dict[str, Any] = {}
     if hold is not None:
         extra["hold"] = hold
@@ -107,7 +110,7 @@ def _chain(
     )
 
 
-def _in_thread(c: chain.Chain, first: store.Lease) -> tuple[threading.Thread, list[str]]:
+def _in_thread(c: chain.Chain, first: Lease) -> tuple[threading.Thread, list[str]]:
     """Run the chain in a thread of its own (with its own connection), as a pool process's
     task runs it, so the test can look at the database while a handler hangs."""
     out: list[str] = []
@@ -129,22 +132,22 @@ def _attempts(job_id: int) -> list[tuple[int, str]]:
     )
 
 
-def _first() -> store.Lease:
-    [lease] = store.claim(executor=EXEC, queues=[Q], limit=1)
+def _first() -> Lease:
+    [lease] = driver().claim(executor=EXEC, queues=[Q], limit=1)
     return lease
 
 
 def _writes(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
     """(completions written, jobs claimed) per completion statement."""
     calls: list[tuple[int, int]] = []
-    real = store.complete_many_and_claim
+    real = driver().complete_many_and_claim
 
     def counted(leases: Any, **kw: Any) -> Any:
         xid, matched, got = real(leases, **kw)
         calls.append((len(leases), len(got)))
         return xid, matched, got
 
-    monkeypatch.setattr(store, "complete_many_and_claim", counted)
+    monkeypatch.setattr(driver(), "complete_many_and_claim", counted)
     return calls
 
 
@@ -177,8 +180,12 @@ def test_with_no_window_every_completion_commits_with_the_next_claim(
 @pytest.fixture
 def event_log(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Callable[[], list[Any]]:
     """The executor's event log, as a list of events."""
+    from scheduler_core import hooks
+    from verifier.failpoints import VerifierHooks
+
     log = tmp_path / "events.jsonl"
     monkeypatch.setenv("TENURE_EVENT_LOG", str(log))
+    monkeypatch.setattr(hooks, "_installed", VerifierHooks(""))
 
     def read() -> list[Any]:
         lines = log.read_text().splitlines() if log.exists() else []
@@ -201,9 +208,9 @@ def test_a_refused_completion_is_left_out_and_recorded_the_others_commit(
     monkeypatch: pytest.MonkeyPatch, events: Callable[[], list[tuple[int, str]]]
 ) -> None:
     ids = ok.enqueue_many([{"n": i} for i in range(4)])
-    real = executor.run_lease
+    real = attempt.run_lease
 
-    def taken_over(lease: store.Lease, **kw: Any) -> str:
+    def taken_over(lease: Lease, **kw: Any) -> str:
         out = real(lease, **kw)
         if lease.job_id == ids[2]:
             # After its handler returned, another executor took the job over.
@@ -232,7 +239,7 @@ def test_completions_that_cannot_commit_are_left_to_their_leases(
     commit_breaks: None,
 ) -> None:
     ids = ok.enqueue_many([{"n": i} for i in range(3)])
-    monkeypatch.setattr(executor.time, "sleep", lambda s: None)
+    monkeypatch.setattr(completion.time, "sleep", lambda s: None)
     c = _chain()
     c.run(_first())
     # The first job's completion (with the next claim) never committed: it is still leased,
@@ -251,9 +258,9 @@ def test_completions_that_cannot_commit_are_left_to_their_leases(
 def test_a_queued_job_whose_renewal_is_refused_is_not_run(monkeypatch: pytest.MonkeyPatch) -> None:
     ids = ok.enqueue_many([{"n": i} for i in range(3)])
     c = _chain()
-    real = executor.run_lease
+    real = attempt.run_lease
 
-    def then_takeover(lease: store.Lease, **kw: Any) -> str:
+    def then_takeover(lease: Lease, **kw: Any) -> str:
         out = real(lease, **kw)
         if lease.job_id == ids[1]:
             # While job 1 runs, job 2 (claimed in the same batch, not started) is taken over;
@@ -311,7 +318,7 @@ def test_a_hint_for_a_job_this_process_completed_is_dropped_without_a_query(
     def no_claim(**kw: Any) -> Any:
         raise AssertionError("a hint for a job completed here needs no claim")
 
-    monkeypatch.setattr(store, "claim", no_claim)
+    monkeypatch.setattr(driver(), "claim", no_claim)
     assert celery_transport.run_job(ids[2]) == "dropped"
 
 
@@ -462,9 +469,9 @@ def test_once_stopping_the_chain_claims_nothing_and_gives_back_what_it_had_not_s
 ) -> None:
     ids = ok.enqueue_many([{"n": i} for i in range(6)])
     stop = threading.Event()
-    real = executor.run_lease
+    real = attempt.run_lease
 
-    def then_stop(lease: store.Lease, **kw: Any) -> str:
+    def then_stop(lease: Lease, **kw: Any) -> str:
         out = real(lease, **kw)
         if lease.job_id == ids[2]:
             stop.set()  # the worker begins to shut down while job 2 runs
@@ -491,9 +498,9 @@ def test_claims_made_with_refused_completions_stand_when_the_commit_reply_is_los
     monkeypatch: pytest.MonkeyPatch, commit_reply_lost: Callable[[], None]
 ) -> None:
     ids = ok.enqueue_many([{"n": i} for i in range(4)])
-    real = executor.run_lease
+    real = attempt.run_lease
 
-    def taken_over(lease: store.Lease, **kw: Any) -> str:
+    def taken_over(lease: Lease, **kw: Any) -> str:
         out = real(lease, **kw)
         if lease.job_id == ids[0]:
             # Its completion will be refused; the statement that refuses it claims jobs 1-3,
@@ -517,9 +524,9 @@ def test_a_claim_alone_stands_when_its_commit_reply_is_lost(
 ) -> None:
     first = tx.enqueue(n=0).pk
     rest = ok.enqueue_many([{"n": i} for i in (1, 2, 3)])
-    real = executor.run_lease
+    real = attempt.run_lease
 
-    def then_lose(lease: store.Lease, **kw: Any) -> str:
+    def then_lose(lease: Lease, **kw: Any) -> str:
         out = real(lease, **kw)
         if lease.job_id == first:
             # The transactional job committed with its handler: nothing waits, so the next

@@ -7,8 +7,11 @@ from typing import Any
 
 import pytest
 
-from scheduler_core import executor, job, store
+from scheduler_core import job
 from scheduler_core.models import Attempt, Job
+from scheduler_core.runtime import attempt, completion, worker
+from scheduler_core.storage.base import Lease
+from scheduler_core.storage.drivers import driver
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -20,12 +23,12 @@ def ok(ctx: Any, *, n: int = 0) -> None:
     """Nothing."""
 
 
-def _claim(limit: int = 1) -> list[store.Lease]:
-    return store.claim(executor=EXEC, queues=["claimnext"], limit=limit)
+def _claim(limit: int = 1) -> list[Lease]:
+    return driver().claim(executor=EXEC, queues=["claimnext"], limit=limit)
 
 
-def _next() -> executor.NextClaim:
-    return executor.NextClaim(executor=EXEC, queues=["claimnext"], wanted=lambda: 1)
+def _next() -> completion.NextClaim:
+    return completion.NextClaim(executor=EXEC, queues=["claimnext"], wanted=lambda: 1)
 
 
 def test_completion_claims_the_next_job_in_the_same_transaction() -> None:
@@ -33,14 +36,14 @@ def test_completion_claims_the_next_job_in_the_same_transaction() -> None:
     [lease] = _claim()
     assert lease.job_id == a.pk
     nxt = _next()
-    assert executor.run_lease(lease, next_claim=nxt) == "succeeded"
+    assert attempt.run_lease(lease, next_claim=nxt) == "succeeded"
     assert [(x.job_id, x.fence) for x in nxt.got] == [(b.pk, 1)]
     b.refresh_from_db()
     assert (b.state, b.lease_owner, b.fence) == ("leased", EXEC, 1)
     assert Attempt.objects.filter(job_id=b.pk, fence=1, finished_at__isnull=True).count() == 1
     assert Job.objects.get(pk=a.pk).state == "succeeded"
     # The claimed lease runs like any other.
-    assert executor.run_lease(nxt.got[0]) == "succeeded"
+    assert attempt.run_lease(nxt.got[0]) == "succeeded"
 
 
 def test_a_refused_completion_claims_nothing() -> None:
@@ -49,7 +52,7 @@ def test_a_refused_completion_claims_nothing() -> None:
     # Another executor took the job over meanwhile: this attempt's completion is refused.
     Job.objects.filter(pk=a.pk).update(fence=lease.fence + 1, lease_owner="t:2:other")
     nxt = _next()
-    assert executor.run_lease(lease, next_claim=nxt) == "stale"
+    assert attempt.run_lease(lease, next_claim=nxt) == "stale"
     assert nxt.got == []
     b.refresh_from_db()
     assert (b.state, b.fence) == ("waiting", 0)
@@ -62,7 +65,7 @@ def test_a_commit_that_fails_keeps_no_claim(commit_breaks: None) -> None:
     nxt = _next()
     # Every try fails before COMMIT; the read-back finds the job still this attempt's, so the
     # attempt ends as a transient failure and the claims of every try were rolled back.
-    assert executor.run_lease(lease, next_claim=nxt) == "retried"
+    assert attempt.run_lease(lease, next_claim=nxt) == "retried"
     assert nxt.got == []
     b.refresh_from_db()
     assert (b.state, b.fence) == ("waiting", 0)
@@ -73,16 +76,16 @@ def test_a_commit_that_fails_keeps_no_claim(commit_breaks: None) -> None:
 def test_a_worker_drains_mostly_through_completion_claims(monkeypatch: pytest.MonkeyPatch) -> None:
     ids = ok.enqueue_many([{"n": i} for i in range(20)])
     loop_claims: list[int] = []
-    real = executor.Worker._claim
+    real = worker.Worker._claim
 
-    def counted(self: executor.Worker, free: int) -> int:
+    def counted(self: worker.Worker, free: int) -> int:
         got = real(self, free)
         if got:
             loop_claims.append(got)
         return got
 
-    monkeypatch.setattr(executor.Worker, "_claim", counted)
-    w = executor.Worker(queues=["claimnext"], concurrency=1, burst=True, poll_interval=0.05)
+    monkeypatch.setattr(worker.Worker, "_claim", counted)
+    w = worker.Worker(queues=["claimnext"], concurrency=1, burst=True, poll_interval=0.05)
     stats = w.run()
     assert stats.claimed == 20
     assert stats.outcomes == {"succeeded": 20}

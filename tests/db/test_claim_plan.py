@@ -12,9 +12,12 @@ import psycopg
 import pytest
 from django.db import connection, transaction
 
-from scheduler_core import conf, job, store
-from scheduler_core.dbclock import db_now
+from scheduler_core import conf, job
 from scheduler_core.models import Job
+from scheduler_core.runtime import connections
+from scheduler_core.storage import floors, postgres
+from scheduler_core.storage.base import Lease
+from scheduler_core.storage.drivers import driver
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -40,10 +43,10 @@ def _plan(sql: str, params: list[Any]) -> str:
 
 
 def _claim_statement(queues: list[str], *, floors: bool, limit: int = 1) -> tuple[str, list[Any]]:
-    shape = store._claim_shape(by_id=False, nqueues=len(queues), floors=floors)
-    seeks = [(q, 0, db_now() - dt.timedelta(seconds=60)) for q in queues] if floors else []
-    sql = f"WITH {store._claim_ctes(shape)} SELECT * FROM got"
-    return sql, store._claim_params(shape, executor=EXEC, queues=queues, limit=limit, seeks=seeks)
+    shape = postgres.claim_shape(by_id=False, nqueues=len(queues), floors=floors)
+    seeks = [(q, 0, driver().now() - dt.timedelta(seconds=60)) for q in queues] if floors else []
+    sql = f"WITH {postgres.claim_ctes(shape)} SELECT * FROM got"
+    return sql, postgres.claim_params(shape, executor=EXEC, queues=queues, limit=limit, seeks=seeks)
 
 
 @pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL's planner")
@@ -62,7 +65,7 @@ def test_the_claim_reads_the_index_in_order_whatever_the_backlog(
     assert "Seq Scan on tenure_job" not in plan, plan
     assert "Sort Key: tenure_job.priority" not in plan, plan
     # The completion with the next claim uses the same walk.
-    [lease] = store.claim(executor=EXEC, queues=queues, limit=1)
+    [lease] = driver().claim(executor=EXEC, queues=queues, limit=1)
     assert Job.objects.get(pk=lease.job_id).state == "leased"
 
 
@@ -76,12 +79,12 @@ def test_claimed_and_completed_rows_are_found_by_key_when_statistics_are_stale()
     with connection.cursor() as cur:
         cur.execute("ANALYZE tenure_job")
     in_a.enqueue_many([{"n": i} for i in range(3000)])
-    [lease] = store.claim(executor=EXEC, queues=["plan_a"], limit=1)
-    shape = store._claim_shape(by_id=False, nqueues=1, floors=False)
-    sql = store._complete_many_sql(shape)
+    [lease] = driver().claim(executor=EXEC, queues=["plan_a"], limit=1)
+    shape = postgres.claim_shape(by_id=False, nqueues=1, floors=False)
+    sql = postgres.complete_many_sql(shape)
     params = [
-        *store._claim_params(shape, executor=EXEC, queues=["plan_a"], limit=8),
-        *store._complete_params([lease]),
+        *postgres.claim_params(shape, executor=EXEC, queues=["plan_a"], limit=8),
+        *driver()._complete_params([lease]),
     ]
     plan = _plan(sql, params)
     assert "tenure_job_state" not in plan, plan
@@ -94,20 +97,19 @@ def test_several_queues_are_claimed_in_one_priority_order() -> None:
     high_b = in_b.enqueue(n=2, priority=5)
     mid_a = in_a.enqueue(n=3, priority=2)
     low_b = in_b.enqueue(n=4)
-    got = store.claim(executor=EXEC, queues=["plan_a", "plan_b"], limit=3)
+    got = driver().claim(executor=EXEC, queues=["plan_a", "plan_b"], limit=3)
     # Priority first, then due time and id, across both queues: of the two lowest, the
     # older is taken and the newer left.
     assert [x.job_id for x in got] == [high_b.pk, mid_a.pk, low_a.pk]
     assert Job.objects.get(pk=low_b.pk).state == "waiting"
-    [last] = store.claim(executor=EXEC, queues=["plan_b", "plan_a"], limit=3)
+    [last] = driver().claim(executor=EXEC, queues=["plan_b", "plan_a"], limit=3)
     assert last.job_id == low_b.pk
 
 
 @pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL's plan cache")
 def test_executor_connections_plan_the_prepared_statements_once() -> None:
-    from scheduler_core import executor
 
-    executor.limit_idle_transactions()
+    connections.limit_idle_transactions()
     connection.close()
     with connection.cursor() as cur:
         cur.execute("SHOW plan_cache_mode")
@@ -115,7 +117,7 @@ def test_executor_connections_plan_the_prepared_statements_once() -> None:
     # The claim then runs on its generic plan: the same index walk.
     in_a.enqueue_many([{"n": i} for i in range(10)])
     for _ in range(7):  # past the five custom plans PostgreSQL would otherwise try first
-        [_lease] = store.claim(executor=EXEC, queues=["plan_a"], limit=1)
+        [_lease] = driver().claim(executor=EXEC, queues=["plan_a"], limit=1)
     assert Job.objects.filter(state="leased").count() == 7
 
 
@@ -140,32 +142,33 @@ def test_a_plan_made_on_an_empty_table_is_replaced_once_the_table_has_grown(
     """A generic plan is kept until the table's statistics change. Made when the table was
     empty, it read the whole table on every claim and completion; each connection plans its
     statements afresh every TENURE_REPLAN_SECONDS."""
-    settings.TENURE_REPLAN_SECONDS = 0.5
+    # Long enough for the 5,000 enqueues below on a loaded machine, within the same plan.
+    settings.TENURE_REPLAN_SECONDS = 3.0
     with connection.cursor() as cur:
         cur.execute("SET plan_cache_mode = force_generic_plan")
         cur.execute("ANALYZE tenure_job")  # empty: the statistics say no rows, no pages
-    shape = store._claim_shape(by_id=False, nqueues=1, floors=False)
+    shape = postgres.claim_shape(by_id=False, nqueues=1, floors=False)
     params = [
-        *store._claim_params(shape, executor=EXEC, queues=["plan_a"], limit=1),
-        *store._complete_params([]),
+        *postgres.claim_params(shape, executor=EXEC, queues=["plan_a"], limit=1),
+        *driver()._complete_params([]),
     ]
-    store.FLOORS.forget()
-    store.complete_many_and_claim([], executor=EXEC, queues=["plan_a"], limit=1)
+    floors.FLOORS.forget()
+    driver().complete_many_and_claim([], executor=EXEC, queues=["plan_a"], limit=1)
     before = _prepared_plan("done AS (", params)
     # What the planner makes of an empty table: read it (what this test is about).
     assert "Seq Scan on tenure_job" in before, before
     in_a.enqueue_many([{"n": i} for i in range(5000)])
-    store.FLOORS.forget()
-    store.complete_many_and_claim([], executor=EXEC, queues=["plan_a"], limit=1)
+    floors.FLOORS.forget()
+    driver().complete_many_and_claim([], executor=EXEC, queues=["plan_a"], limit=1)
     assert "Seq Scan on tenure_job" in _prepared_plan("done AS (", params)  # still the old plan
-    time.sleep(0.6)
-    store.FLOORS.forget()
-    [lease] = store.complete_many_and_claim([], executor=EXEC, queues=["plan_a"], limit=1)[2]
+    time.sleep(3.1)
+    floors.FLOORS.forget()
+    [lease] = driver().complete_many_and_claim([], executor=EXEC, queues=["plan_a"], limit=1)[2]
     after = _prepared_plan("done AS (", params)
     assert "Seq Scan on tenure_job" not in after, after
     assert "Index Scan using tenure_job_pkey on tenure_job j" in after, after
     # and the statement still runs, on the driver's fresh name for it
-    _xid, done, _ = store.complete_many_and_claim(
+    _xid, done, _ = driver().complete_many_and_claim(
         [lease], executor=EXEC, queues=["plan_a"], limit=0
     )
     assert done == {lease.job_id}
@@ -177,14 +180,14 @@ def test_the_reaper_and_retention_stop_their_index_walks_at_their_time_bound(sea
     """Their time bounds are index conditions (the statement's time, not the volatile wall
     clock, which is only a filter): a sweep reads the expired leases or the old jobs, not
     every entry of the index, which under a held snapshot includes every job leased since."""
-    from scheduler_core.dbclock import DbNow
+    from scheduler_core.storage.clock import DbNow
 
     if search == "reaper":
         with transaction.atomic():
-            sql, params = store.expired_leases(1.0)[:100].query.sql_with_params()
+            sql, params = driver().expired_leases(1.0)[:100].query.sql_with_params()
         index, column = "tenure_job_leases", "lease_expires_at"
     else:
-        sql, params = store._PRUNE_SQL, ["succeeded", 3600.0, 1000, "succeeded"]
+        sql, params = postgres._PRUNE_SQL, ["succeeded", 3600.0, 1000, "succeeded"]
         index, column = "tenure_job_state", "updated_at"
     in_a.enqueue_many([{"n": i} for i in range(3000)])
     Job.objects.update(
@@ -229,14 +232,14 @@ def test_a_claim_seeks_past_the_entries_a_held_snapshot_keeps() -> None:
         reader.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
         reader.execute("SELECT count(*) FROM tenure_job").fetchone()
         in_a.enqueue_many([{"n": i} for i in range(3000)])
-        while got := store.claim(executor=EXEC, queues=["plan_a"], limit=100):
+        while got := driver().claim(executor=EXEC, queues=["plan_a"], limit=100):
             for lease in got:
-                store.complete(lease)
-        floor = db_now()
+                driver().complete(lease)
+        floor = driver().now()
         in_a.enqueue_many([{"n": i} for i in range(10)])
-        shape = store._claim_shape(by_id=False, nqueues=1, floors=True)
-        seek = f"WITH {store._claim_ctes(shape)} SELECT * FROM got"
-        seek_params = store._claim_params(
+        shape = postgres.claim_shape(by_id=False, nqueues=1, floors=True)
+        seek = f"WITH {postgres.claim_ctes(shape)} SELECT * FROM got"
+        seek_params = postgres.claim_params(
             shape, executor=EXEC, queues=["plan_a"], limit=1, seeks=[("plan_a", 0, floor)]
         )
         from_start, from_floor = (
@@ -253,72 +256,68 @@ def test_floors_follow_claims_and_wakeups_and_yield_to_a_full_read_when_due() ->
     """Claims raise a floor, wake-ups lower it or add a priority; a full read comes first and
     every full-read interval; a short claim after a cut-off full read discovers the lower
     priorities."""
-    floors = store.ClaimFloors()
+    fl = floors.ClaimFloors()
     b = time.monotonic() + 60  # the claims below come after the wake-ups they follow
-    margin = dt.timedelta(seconds=conf.get().CLAIM_FLOOR_MARGIN_SECONDS)
-    every = conf.get().CLAIM_FULL_SCAN_SECONDS
-    assert floors.seeks(["q"], now=b + 0.0) == []  # never read: a full read first
-    t = db_now()
+    margin = dt.timedelta(seconds=conf.tenure_settings().CLAIM_FLOOR_MARGIN_SECONDS)
+    every = conf.tenure_settings().CLAIM_FULL_SCAN_SECONDS
+    assert fl.seeks(["q"], now=b + 0.0) == []  # never read: a full read first
+    t = driver().now()
 
-    def lease(priority: int, due: dt.datetime) -> store.Lease:
-        return store.Lease(
+    def lease(priority: int, due: dt.datetime) -> Lease:
+        return Lease(
             job_id=1, fence=1, attempt=1, attempt_id=1, kind="run", name="x", queue="q",
             payload={}, lease_seconds=30, effect="at_least_once", max_attempts=1,
             created_at=t, executor=EXEC, priority=priority, due_at=due,
         )  # fmt: skip
 
-    floors.learn(["q"], [lease(0, t)], limit=8, full=True, now=b + 0.0)  # short: saw everything
-    assert floors.seeks(["q"], now=b + 1.0) == [("q", 0, t - margin)]
-    floors.woken("q", 0, t - dt.timedelta(minutes=5))  # an enqueue that committed late
-    floors.woken("q", 9, t)  # a priority not seen yet
-    assert floors.seeks(["q"], now=b + 1.0) == [
+    fl.learn(["q"], [lease(0, t)], limit=8, full=True, now=b + 0.0)  # short: saw everything
+    assert fl.seeks(["q"], now=b + 1.0) == [("q", 0, t - margin)]
+    fl.woken("q", 0, t - dt.timedelta(minutes=5))  # an enqueue that committed late
+    fl.woken("q", 9, t)  # a priority not seen yet
+    assert fl.seeks(["q"], now=b + 1.0) == [
         ("q", 0, t - dt.timedelta(minutes=5) - margin),
         ("q", 9, t - margin),
     ]
-    floors.learn(["q"], [lease(0, t), lease(9, t)], limit=2, full=False, now=b + 1.5)
-    assert floors.seeks(["q"], now=b + 1.5) == [("q", 0, t - margin), ("q", 9, t - margin)]
+    fl.learn(["q"], [lease(0, t), lease(9, t)], limit=2, full=False, now=b + 1.5)
+    assert fl.seeks(["q"], now=b + 1.5) == [("q", 0, t - margin), ("q", 9, t - margin)]
     # A full read cut off by its limit may have left lower priorities unseen: once a claim
     # from the floors comes up short, those below the lowest it took are discovered (not
     # read again from the start).
-    floors.learn(["q"], [lease(9, t)], limit=1, full=True, now=b + 2.0)
-    assert floors.undiscovered(["q"]) == []  # not yet: the floors may still hold jobs
-    floors.learn(["q"], [], limit=1, full=False, now=b + 2.1)
-    assert floors.undiscovered(["q"]) == [("q", 9)]
-    assert floors.seeks(["q"], now=b + 2.2) != []  # still from the floors
-    floors.discovered("q", [(3, t - dt.timedelta(minutes=1))])
-    assert floors.undiscovered(["q"]) == []
-    assert ("q", 3, t - dt.timedelta(minutes=1) - margin) in floors.seeks(["q"], now=b + 2.2)
-    floors.learn(["q"], [], limit=1, full=True, now=b + 3.0)
-    assert floors.seeks(["q"], now=b + 3.0 + every - 0.1) != []
-    assert floors.seeks(["q"], now=b + 3.0 + every) == []
+    fl.learn(["q"], [lease(9, t)], limit=1, full=True, now=b + 2.0)
+    assert fl.undiscovered(["q"]) == []  # not yet: the floors may still hold jobs
+    fl.learn(["q"], [], limit=1, full=False, now=b + 2.1)
+    assert fl.undiscovered(["q"]) == [("q", 9)]
+    assert fl.seeks(["q"], now=b + 2.2) != []  # still from the floors
+    fl.discovered("q", [(3, t - dt.timedelta(minutes=1))])
+    assert fl.undiscovered(["q"]) == []
+    assert ("q", 3, t - dt.timedelta(minutes=1) - margin) in fl.seeks(["q"], now=b + 2.2)
+    fl.learn(["q"], [], limit=1, full=True, now=b + 3.0)
+    assert fl.seeks(["q"], now=b + 3.0 + every - 0.1) != []
+    assert fl.seeks(["q"], now=b + 3.0 + every) == []
 
 
 def test_a_wakeup_during_a_claim_keeps_the_floor_at_its_job() -> None:
     """A claim sent before a late job's wake-up did not see that job: the claim's result may
     not raise the floor past it; a claim sent after may."""
-    floors = store.ClaimFloors()
-    margin = dt.timedelta(seconds=conf.get().CLAIM_FLOOR_MARGIN_SECONDS)
-    t = db_now()
+    fl = floors.ClaimFloors()
+    margin = dt.timedelta(seconds=conf.tenure_settings().CLAIM_FLOOR_MARGIN_SECONDS)
+    t = driver().now()
 
-    def lease(due: dt.datetime) -> store.Lease:
-        return store.Lease(
+    def lease(due: dt.datetime) -> Lease:
+        return Lease(
             job_id=1, fence=1, attempt=1, attempt_id=1, kind="run", name="x", queue="q",
             payload={}, lease_seconds=30, effect="at_least_once", max_attempts=1,
             created_at=t, executor=EXEC, priority=0, due_at=due,
         )  # fmt: skip
 
-    floors.learn(["q"], [lease(t)], limit=8, full=True, now=time.monotonic())
+    fl.learn(["q"], [lease(t)], limit=8, full=True, now=time.monotonic())
     sent = time.monotonic()
     late = t - dt.timedelta(seconds=30)
-    floors.woken("q", 0, late)  # arrives while the claim below is under way
-    floors.learn(["q"], [lease(t + dt.timedelta(seconds=5))], limit=1, full=False, now=sent)
-    assert floors.seeks(["q"], now=time.monotonic()) == [("q", 0, late - margin)]
-    floors.learn(
-        ["q"], [lease(t + dt.timedelta(seconds=5))], limit=1, full=False, now=time.monotonic()
-    )
-    assert floors.seeks(["q"], now=time.monotonic()) == [
-        ("q", 0, t + dt.timedelta(seconds=5) - margin)
-    ]
+    fl.woken("q", 0, late)  # arrives while the claim below is under way
+    fl.learn(["q"], [lease(t + dt.timedelta(seconds=5))], limit=1, full=False, now=sent)
+    assert fl.seeks(["q"], now=time.monotonic()) == [("q", 0, late - margin)]
+    fl.learn(["q"], [lease(t + dt.timedelta(seconds=5))], limit=1, full=False, now=time.monotonic())
+    assert fl.seeks(["q"], now=time.monotonic()) == [("q", 0, t + dt.timedelta(seconds=5) - margin)]
 
 
 @pytest.mark.skipif(connection.vendor != "postgresql", reason="claim floors are PostgreSQL's")
@@ -326,14 +325,14 @@ def test_a_job_enqueued_behind_the_floors_is_claimed_after_its_wakeup() -> None:
     """An enqueue that commits late (its due time already below the floors) and a job of a
     higher priority are taken by the very next claim: their wake-ups call for a full read."""
     in_a.enqueue_many([{"n": i} for i in range(5)])
-    assert len(store.claim(executor=EXEC, queues=["plan_a"], limit=5)) == 5
-    assert store.FLOORS.seeks(["plan_a"], now=time.monotonic()) != []
-    late = in_a.enqueue(n=99, run_at=db_now() - dt.timedelta(minutes=5))
-    [got] = store.claim(executor=EXEC, queues=["plan_a"], limit=1)
+    assert len(driver().claim(executor=EXEC, queues=["plan_a"], limit=5)) == 5
+    assert floors.FLOORS.seeks(["plan_a"], now=time.monotonic()) != []
+    late = in_a.enqueue(n=99, run_at=driver().now() - dt.timedelta(minutes=5))
+    [got] = driver().claim(executor=EXEC, queues=["plan_a"], limit=1)
     assert got.job_id == late.pk
     urgent = in_a.enqueue(n=100, priority=9)
     in_a.enqueue(n=101)
-    [got] = store.claim(executor=EXEC, queues=["plan_a"], limit=1)
+    [got] = driver().claim(executor=EXEC, queues=["plan_a"], limit=1)
     assert got.job_id == urgent.pk
 
 
@@ -341,14 +340,14 @@ def test_a_job_enqueued_behind_the_floors_is_claimed_after_its_wakeup() -> None:
 def claim_shapes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The shape of every PostgreSQL claim made from here on, in order."""
     shapes: list[str] = []
-    real = store._claim_shape
+    real = postgres.claim_shape
 
     def spy(*, by_id: bool, nqueues: int, floors: bool) -> str:
         shape = real(by_id=by_id, nqueues=nqueues, floors=floors)
         shapes.append(shape)
         return shape
 
-    monkeypatch.setattr(store, "_claim_shape", spy)
+    monkeypatch.setattr(postgres, "claim_shape", spy)
     return shapes
 
 
@@ -359,13 +358,13 @@ def test_jobs_arriving_one_at_a_time_are_claimed_from_the_floors(claim_shapes: l
     the start of the index: every arrival was then claimed by a full read, which under a held
     snapshot walks every entry claimed since. Now only the first claim (and one per full-read
     interval) reads from the start."""
-    store.FLOORS.forget()
+    floors.FLOORS.forget()
     for i in range(30):
         in_a.enqueue(n=i)
-        [lease] = store.claim(executor=EXEC, queues=["plan_a"], limit=1)
-        assert store.claim(executor=EXEC, queues=["plan_a"], limit=1) == []
-        store.complete(lease)
-    full = [s for s in claim_shapes if s != store.CLAIM_FROM_FLOORS]
+        [lease] = driver().claim(executor=EXEC, queues=["plan_a"], limit=1)
+        assert driver().claim(executor=EXEC, queues=["plan_a"], limit=1) == []
+        driver().complete(lease)
+    full = [s for s in claim_shapes if s != postgres.CLAIM_FROM_FLOORS]
     assert len(claim_shapes) == 60
     assert len(full) <= 2, claim_shapes
 
@@ -379,12 +378,12 @@ def test_a_lower_priority_a_cut_off_full_read_did_not_reach_is_discovered(
     the priority-0 job is claimed next from the floors, without a read from the start."""
     in_a.enqueue_many([{"n": i} for i in range(3)], priority=5)
     low = in_a.enqueue(n=99, priority=0)
-    store.FLOORS.forget()  # as in a process started after these were enqueued
-    taken = [x.priority for x in store.claim(executor=EXEC, queues=["plan_a"], limit=1)]
+    floors.FLOORS.forget()  # as in a process started after these were enqueued
+    taken = [x.priority for x in driver().claim(executor=EXEC, queues=["plan_a"], limit=1)]
     assert taken == [5]
-    taken += [x.priority for x in store.claim(executor=EXEC, queues=["plan_a"], limit=8)]
+    taken += [x.priority for x in driver().claim(executor=EXEC, queues=["plan_a"], limit=8)]
     # from the floors, which know priority 5 only: two more of it, then short
     assert taken == [5, 5, 5]
-    [got] = store.claim(executor=EXEC, queues=["plan_a"], limit=8)
+    [got] = driver().claim(executor=EXEC, queues=["plan_a"], limit=8)
     assert got.job_id == low.pk
-    assert claim_shapes == [store.CLAIM_ONE_QUEUE] + [store.CLAIM_FROM_FLOORS] * 2
+    assert claim_shapes == [postgres.CLAIM_ONE_QUEUE] + [postgres.CLAIM_FROM_FLOORS] * 2

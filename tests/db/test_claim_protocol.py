@@ -9,12 +9,16 @@ from typing import Any
 import pytest
 from django.db import connection, transaction
 
-from scheduler_core import EnqueueError, UnknownJob, enqueue, job, maintenance, states, store
-from scheduler_core.dbclock import db_now
+from scheduler_core import EnqueueError, UnknownJob, enqueue, job
+from scheduler_core.domain import states
+from scheduler_core.domain.outcomes import Decision
 from scheduler_core.exceptions import StaleAttempt
-from scheduler_core.executor import run_lease
 from scheduler_core.models import Attempt, Job, StaleWrite
-from scheduler_core.outcomes import Decision
+from scheduler_core.runtime import attempt
+from scheduler_core.runtime.attempt import run_lease
+from scheduler_core.services import reaper
+from scheduler_core.storage.base import Lease
+from scheduler_core.storage.drivers import driver
 
 seen: list[tuple[int, int, int]] = []
 
@@ -29,8 +33,8 @@ def short(ctx: Any) -> None:
     pass
 
 
-def _claim(limit: int = 1, executor: str = "t:1:a") -> list[store.Lease]:
-    return store.claim(executor=executor, queues=["default"], limit=limit)
+def _claim(limit: int = 1, executor: str = "t:1:a") -> list[Lease]:
+    return driver().claim(executor=executor, queues=["default"], limit=limit)
 
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -48,9 +52,9 @@ def test_claim_leases_the_job_increments_fence_and_writes_an_attempt() -> None:
 
 def test_lease_expiry_is_set_from_the_database_clock() -> None:
     record.enqueue()
-    before = db_now()
+    before = driver().now()
     [lease] = _claim()
-    after = db_now()
+    after = driver().now()
     j = Job.objects.get(pk=lease.job_id)
     assert (
         before + dt.timedelta(seconds=29) <= j.lease_expires_at <= after + dt.timedelta(seconds=31)
@@ -72,17 +76,17 @@ def test_batch_claim_takes_up_to_limit_in_priority_then_due_order() -> None:
 
 
 def test_future_run_at_is_not_claimed_until_due() -> None:
-    record.enqueue(run_at=db_now() + dt.timedelta(hours=1))
+    record.enqueue(run_at=driver().now() + dt.timedelta(hours=1))
     assert _claim() == []
 
 
 def test_claim_by_id_only_takes_that_waiting_due_job() -> None:
     a = record.enqueue().pk
     b = record.enqueue().pk
-    [lease] = store.claim(executor="x", job_id=b)
+    [lease] = driver().claim(executor="x", job_id=b)
     assert lease.job_id == b
-    assert store.claim(executor="y", job_id=b) == []
-    assert store.claim(executor="y", job_id=999999) == []
+    assert driver().claim(executor="y", job_id=b) == []
+    assert driver().claim(executor="y", job_id=999999) == []
     assert Job.objects.get(pk=a).state == "waiting"
 
 
@@ -90,16 +94,20 @@ def test_write_with_an_old_fence_changes_nothing_and_is_reported() -> None:
     record.enqueue()
     [old] = _claim()
     # The lease is lost: the reaper moves the job on and another executor claims it.
-    Job.objects.filter(pk=old.job_id).update(lease_expires_at=db_now() - dt.timedelta(seconds=5))
-    assert maintenance.reap_once()["reap_retry"] == 1
+    Job.objects.filter(pk=old.job_id).update(
+        lease_expires_at=driver().now() - dt.timedelta(seconds=5)
+    )
+    assert reaper.reap_once()["reap_retry"] == 1
     [new] = _claim(executor="t:2:b")
     assert new.fence == old.fence + 1
     for write in (
-        lambda: store.heartbeat(old),
-        lambda: store.complete(old),
-        lambda: store.finish(old, Decision(transition=states.FAIL, reason="x"), outcome="failed"),
-        lambda: store.effect_intend(old, "charge"),
-        lambda: store.release(old),
+        lambda: driver().heartbeat(old),
+        lambda: driver().complete(old),
+        lambda: driver().finish(
+            old, Decision(transition=states.FAIL, reason="x"), outcome="failed"
+        ),
+        lambda: driver().effect_intend(old, "charge"),
+        lambda: attempt.release(old),
     ):
         with pytest.raises(StaleAttempt):
             write()
@@ -108,25 +116,29 @@ def test_write_with_an_old_fence_changes_nothing_and_is_reported() -> None:
     # Through the executor: the stale attempt runs, its completion is refused and recorded.
     assert run_lease(old) == "stale"
     assert StaleWrite.objects.filter(job_id=old.job_id, fence=old.fence).count() == 1
-    store.complete(new)
+    driver().complete(new)
     assert Job.objects.get(pk=new.job_id).state == "succeeded"
 
 
 def test_heartbeat_extends_the_lease() -> None:
     record.enqueue()
     [lease] = _claim()
-    Job.objects.filter(pk=lease.job_id).update(lease_expires_at=db_now() + dt.timedelta(seconds=1))
-    store.heartbeat(lease)
+    Job.objects.filter(pk=lease.job_id).update(
+        lease_expires_at=driver().now() + dt.timedelta(seconds=1)
+    )
+    driver().heartbeat(lease)
     j = Job.objects.get(pk=lease.job_id)
-    assert j.lease_expires_at > db_now() + dt.timedelta(seconds=25)
+    assert j.lease_expires_at > driver().now() + dt.timedelta(seconds=25)
 
 
 def test_reaper_leaves_live_leases_and_moves_expired_ones() -> None:
     record.enqueue()
     record.enqueue()
     a, b = _claim(limit=2)
-    Job.objects.filter(pk=a.job_id).update(lease_expires_at=db_now() - dt.timedelta(seconds=1))
-    counts = maintenance.reap_once()
+    Job.objects.filter(pk=a.job_id).update(
+        lease_expires_at=driver().now() - dt.timedelta(seconds=1)
+    )
+    counts = reaper.reap_once()
     assert counts == {"reap_retry": 1}
     ja, jb = Job.objects.get(pk=a.job_id), Job.objects.get(pk=b.job_id)
     assert (ja.state, ja.lease_owner) == ("waiting", "")
@@ -138,8 +150,10 @@ def test_reaper_fails_a_job_whose_attempts_are_spent() -> None:
     j = short.enqueue()
     for _ in range(3):
         assert len(_claim()) == 1
-        Job.objects.filter(pk=j.pk).update(lease_expires_at=db_now() - dt.timedelta(seconds=1))
-        maintenance.reap_once()
+        Job.objects.filter(pk=j.pk).update(
+            lease_expires_at=driver().now() - dt.timedelta(seconds=1)
+        )
+        reaper.reap_once()
     j.refresh_from_db()
     assert j.state == "failed" and "attempts exhausted" in j.reason
     assert j.attempts == 3
@@ -148,7 +162,7 @@ def test_reaper_fails_a_job_whose_attempts_are_spent() -> None:
 def test_release_returns_the_job_without_spending_the_attempt() -> None:
     j = record.enqueue()
     [lease] = _claim()
-    store.release(lease)
+    attempt.release(lease)
     j.refresh_from_db()
     assert (j.state, j.attempts) == ("waiting", 0)
     assert Attempt.objects.get(pk=lease.attempt_id).outcome == "released"
@@ -286,7 +300,7 @@ def test_stale_completion_waits_for_the_reaper_then_changes_nothing() -> None:
 
         def complete() -> None:
             try:
-                store.complete(lease)
+                driver().complete(lease)
                 result.append("accepted")
             except StaleAttempt:
                 result.append("refused")
@@ -314,7 +328,7 @@ def test_concurrent_claimers_never_share_a_job() -> None:
         mine: list[int] = []
         try:
             while True:
-                leases = store.claim(executor=f"t:{k}", queues=["default"], limit=7)
+                leases = driver().claim(executor=f"t:{k}", queues=["default"], limit=7)
                 if not leases:
                     break
                 mine.extend(x.job_id for x in leases)

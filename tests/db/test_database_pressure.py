@@ -13,7 +13,9 @@ from django.core.management import call_command
 from django.db import connection
 from django.test import Client
 
-from scheduler_core import health, job, store
+from scheduler_core import job
+from scheduler_core.read import health
+from scheduler_core.storage.drivers import driver
 from tests.conftest import wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -27,9 +29,9 @@ def noop(ctx: Any, *, n: int = 0) -> None:
 def _churn(n: int) -> None:
     """Claim and complete ``n`` jobs: two dead versions of each row behind a held snapshot."""
     noop.enqueue_many([{"n": i} for i in range(n)])
-    while got := store.claim(executor="t:1:pressure", queues=["pressure"], limit=50):
+    while got := driver().claim(executor="t:1:pressure", queues=["pressure"], limit=50):
         for lease in got:
-            store.complete(lease)
+            driver().complete(lease)
     with connection.cursor() as cur:
         cur.execute("SELECT pg_stat_force_next_flush()")
 
@@ -65,7 +67,7 @@ def test_a_held_snapshot_and_the_dead_rows_it_keeps_are_reported(
         assert "forgotten-report" in out.getvalue() and "HELD BACK" in out.getvalue()
         page = admin_client.get("/ops/").content.decode()
         assert 'id="held-back"' in page and "forgotten-report" in page
-        from scheduler_core import metrics
+        from scheduler_core.read import metrics
 
         text = admin_client.get("/metrics").content.decode()
         assert "tenure_db_held_back 1.0" in text, metrics

@@ -9,12 +9,15 @@ from typing import Any
 import pytest
 from django.db import transaction
 
-from scheduler_core import Indeterminate, job, maintenance, store
-from scheduler_core.context import JobContext
+from scheduler_core import Indeterminate, job
+from scheduler_core.domain.outcomes import Reconciliation
 from scheduler_core.exceptions import StaleAttempt
-from scheduler_core.executor import run_lease
 from scheduler_core.models import Effect, Job
-from scheduler_core.outcomes import Reconciliation
+from scheduler_core.runtime.attempt import run_lease
+from scheduler_core.runtime.context import JobContext
+from scheduler_core.services import operator, reaper
+from scheduler_core.storage.base import Lease
+from scheduler_core.storage.drivers import driver
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -70,8 +73,8 @@ def _clear() -> None:
     calls.clear()
 
 
-def _claim_one(job_id: int) -> store.Lease:
-    [lease] = store.claim(executor="t:1:x", job_id=job_id)
+def _claim_one(job_id: int) -> Lease:
+    [lease] = driver().claim(executor="t:1:x", job_id=job_id)
     return lease
 
 
@@ -80,7 +83,7 @@ def _expire_and_reap(job_id: int) -> None:
     Job.objects.filter(pk=job_id).update(
         lease_expires_at=Job.objects.get(pk=job_id).lease_expires_at - dt.timedelta(hours=1)
     )
-    maintenance.reap_once()
+    reaper.reap_once()
 
 
 def _due_now(job_id: int) -> None:
@@ -90,13 +93,13 @@ def _due_now(job_id: int) -> None:
 def test_effect_key_is_work_identity_and_effect_name_never_the_attempt() -> None:
     j = idem.enqueue()
     lease1 = _claim_one(j.pk)
-    row1 = store.effect_intend(lease1, "send")
-    assert row1.key == f"tenure-{store.installation_id()}-{j.pk}-send"
+    row1 = driver().effect_intend(lease1, "send")
+    assert row1.key == f"tenure-{driver().installation_id()}-{j.pk}-send"
     assert row1.key == JobContext(lease1).effect_key("send")
     _expire_and_reap(j.pk)
     _due_now(j.pk)
     lease2 = _claim_one(j.pk)
-    row2 = store.effect_intend(lease2, "send")
+    row2 = driver().effect_intend(lease2, "send")
     assert row2.pk == row1.pk and row2.key == row1.key
     assert (row2.fence, row2.intents) == (lease2.fence, 2)
     assert "retries under the same key" in row2.note
@@ -110,25 +113,25 @@ def test_stale_attempt_whose_lease_expired_by_database_clock_cannot_start_an_eff
         lease_expires_at=Job.objects.get(pk=j.pk).lease_expires_at - dt.timedelta(hours=1)
     )
     with pytest.raises(StaleAttempt):
-        store.effect_intend(lease, "send")
+        driver().effect_intend(lease, "send")
     assert not Effect.objects.filter(job_id=j.pk).exists()
 
 
 def test_attempt_whose_fence_moved_cannot_start_or_settle_an_effect() -> None:
     j = idem.enqueue()
     old = _claim_one(j.pk)
-    row = store.effect_intend(old, "send")
+    row = driver().effect_intend(old, "send")
     _expire_and_reap(j.pk)
     _due_now(j.pk)
     new = _claim_one(j.pk)
     with pytest.raises(StaleAttempt):
-        store.effect_intend(old, "send")
+        driver().effect_intend(old, "send")
     with pytest.raises(StaleAttempt):
-        store.effect_settle(old, row.key, Effect.APPLIED, destination_ref="late")
+        driver().effect_settle(old, row.key, Effect.APPLIED, destination_ref="late")
     row.refresh_from_db()
     assert row.destination_ref == "" and row.fence == old.fence
-    store.effect_intend(new, "send")
-    store.effect_settle(new, row.key, Effect.APPLIED, destination_ref="ch_1")
+    driver().effect_intend(new, "send")
+    driver().effect_settle(new, row.key, Effect.APPLIED, destination_ref="ch_1")
     row.refresh_from_db()
     assert (row.state, row.destination_ref, row.fence) == ("applied", "ch_1", new.fence)
 
@@ -173,7 +176,7 @@ def test_failure_before_sending_is_recorded_not_applied_and_after_sending_unknow
 def test_at_least_once_rerun_after_unsettled_intent_records_duplicate_possible_and_cause() -> None:
     j = alo.enqueue()
     lease1 = _claim_one(j.pk)
-    store.effect_intend(lease1, "send")
+    driver().effect_intend(lease1, "send")
     _expire_and_reap(j.pk)
     _due_now(j.pk)
     lease2 = _claim_one(j.pk)
@@ -187,16 +190,16 @@ def test_at_least_once_rerun_after_unsettled_intent_records_duplicate_possible_a
 def test_no_new_intent_over_an_unsettled_one_in_modes_that_must_not_rerun(jt: Any) -> None:
     j = jt.enqueue()
     lease1 = _claim_one(j.pk)
-    store.effect_intend(lease1, "send")
+    driver().effect_intend(lease1, "send")
     # Settle the attempt as if the handler had let a transient error escape afterwards.
-    from scheduler_core.outcomes import Decision
-    from scheduler_core.states import RETRY
+    from scheduler_core.domain.outcomes import Decision
+    from scheduler_core.domain.states import RETRY
 
-    store.finish(lease1, Decision(transition=RETRY), outcome="retried")
+    driver().finish(lease1, Decision(transition=RETRY), outcome="retried")
     _due_now(j.pk)
     lease2 = _claim_one(j.pk)
     with pytest.raises(Indeterminate):
-        store.effect_intend(lease2, "send")
+        driver().effect_intend(lease2, "send")
     e = Effect.objects.get(job_id=j.pk)
     assert (e.intents, e.fence) == (1, lease1.fence)
 
@@ -204,11 +207,11 @@ def test_no_new_intent_over_an_unsettled_one_in_modes_that_must_not_rerun(jt: An
 def test_at_most_once_rerun_over_unsettled_intent_is_parked_by_the_executor() -> None:
     j = amo.enqueue()
     lease1 = _claim_one(j.pk)
-    store.effect_intend(lease1, "send")
-    from scheduler_core.outcomes import Decision
-    from scheduler_core.states import RETRY
+    driver().effect_intend(lease1, "send")
+    from scheduler_core.domain.outcomes import Decision
+    from scheduler_core.domain.states import RETRY
 
-    store.finish(lease1, Decision(transition=RETRY), outcome="retried")
+    driver().finish(lease1, Decision(transition=RETRY), outcome="retried")
     _due_now(j.pk)
     assert run_lease(_claim_one(j.pk)) == "indeterminate"
     assert calls == []
@@ -218,7 +221,7 @@ def test_at_most_once_rerun_over_unsettled_intent_is_parked_by_the_executor() ->
 def test_reconcile_attempt_runs_under_a_fresh_claim_and_settles_the_ledger() -> None:
     j = rec.enqueue()
     lease1 = _claim_one(j.pk)
-    store.effect_intend(lease1, "send")
+    driver().effect_intend(lease1, "send")
     _expire_and_reap(j.pk)
     job_row = Job.objects.get(pk=j.pk)
     assert (job_row.state, job_row.next_kind) == ("waiting", "reconcile")
@@ -234,12 +237,12 @@ def test_reconcile_attempt_runs_under_a_fresh_claim_and_settles_the_ledger() -> 
 def test_operator_retry_of_indeterminate_job_reuses_the_same_effect_key() -> None:
     j = amo.enqueue()
     lease1 = _claim_one(j.pk)
-    first = store.effect_intend(lease1, "send")
+    first = driver().effect_intend(lease1, "send")
     _expire_and_reap(j.pk)
     job_row = Job.objects.get(pk=j.pk)
     assert job_row.state == "indeterminate"
     assert Effect.objects.get(pk=first.pk).state == "unknown"
-    store.operator_action(
+    operator.operator_action(
         j.pk,
         action="retry",
         expected_version=job_row.version,
@@ -260,10 +263,10 @@ def test_transactional_intent_writes_nothing_until_the_job_commits() -> None:
     j = tx.enqueue()
     lease = _claim_one(j.pk)
     with transaction.atomic():
-        row = store.effect_intend(lease, "credit")
+        row = driver().effect_intend(lease, "credit")
         assert row.pk is None
         assert not Effect.objects.filter(job_id=j.pk).exists()
-        store.effect_settle(
+        driver().effect_settle(
             lease, row.key, Effect.APPLIED, destination_ref="ledger:1", name="credit"
         )
         assert Effect.objects.get(job_id=j.pk).state == "applied"

@@ -7,10 +7,11 @@ from typing import Any
 
 import pytest
 
-from scheduler_core import Permanent, Snooze, Transient, job, maintenance, store
-from scheduler_core.dbclock import db_now
-from scheduler_core.executor import run_lease
+from scheduler_core import Permanent, Snooze, Transient, job
 from scheduler_core.models import Attempt, Effect, Job
+from scheduler_core.runtime.attempt import run_lease
+from scheduler_core.services import reaper
+from scheduler_core.storage.drivers import driver
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -103,7 +104,7 @@ def snoozer(ctx: Any) -> None:
 
 
 def _run_next(job_id: int) -> str:
-    [lease] = store.claim(executor="t:1:fb", queues=[Q], job_id=job_id)
+    [lease] = driver().claim(executor="t:1:fb", queues=[Q], job_id=job_id)
     return run_lease(lease)
 
 
@@ -164,11 +165,11 @@ def test_abandoned_unshared_fallback_with_an_effect_in_flight_is_parked_by_the_r
     j = primary_fails.enqueue()
     assert _run_next(j.pk) == "retried"
     # The fallback attempt records its intent, then its executor vanishes.
-    [lease] = store.claim(executor="t:1:gone", queues=[Q], job_id=j.pk)
+    [lease] = driver().claim(executor="t:1:gone", queues=[Q], job_id=j.pk)
     assert lease.kind == "fallback"
-    store.effect_intend(lease, "send")
-    Job.objects.filter(pk=j.pk).update(lease_expires_at=db_now() - dt.timedelta(seconds=5))
-    maintenance.reap_once()
+    driver().effect_intend(lease, "send")
+    Job.objects.filter(pk=j.pk).update(lease_expires_at=driver().now() - dt.timedelta(seconds=5))
+    reaper.reap_once()
     j.refresh_from_db()
     assert j.state == "indeterminate"
     assert "cannot share the effect key" in j.reason

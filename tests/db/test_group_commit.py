@@ -10,9 +10,11 @@ from typing import Any
 import pytest
 from django.db import connection
 
-from scheduler_core import executor, job, store
-from scheduler_core.context import JobContext
+from scheduler_core import job
 from scheduler_core.models import Attempt, Job, StaleWrite
+from scheduler_core.runtime import worker
+from scheduler_core.runtime.context import JobContext
+from scheduler_core.storage.drivers import driver
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -44,8 +46,8 @@ def _transactions_of(ids: list[int]) -> int:
         return int(cur.fetchone()[0])
 
 
-def _drain(ids: list[int], **kw: Any) -> executor.WorkerStats:
-    w = executor.Worker(queues=[QUEUE], concurrency=GROUP, burst=True, poll_interval=0.05, **kw)
+def _drain(ids: list[int], **kw: Any) -> worker.WorkerStats:
+    w = worker.Worker(queues=[QUEUE], concurrency=GROUP, burst=True, poll_interval=0.05, **kw)
     stats = w.run()
     assert set(Job.objects.filter(pk__in=ids).values_list("state", flat=True)) == {"succeeded"}
     return stats
@@ -83,13 +85,13 @@ def test_a_group_drains_every_job_once() -> None:
 
 def test_a_handed_over_completion_whose_lease_was_taken_over_is_refused_and_recorded() -> None:
     a, b = ok.enqueue(n=1), ok.enqueue(n=2)
-    leases = store.claim(executor=EXEC, queues=[QUEUE], limit=2)
+    leases = driver().claim(executor=EXEC, queues=[QUEUE], limit=2)
     assert {x.job_id for x in leases} == {a.pk, b.pk}
     stale = next(x for x in leases if x.job_id == a.pk)
     fresh = next(x for x in leases if x.job_id == b.pk)
     # Another executor took ``a`` over after its handler returned here.
     Job.objects.filter(pk=a.pk).update(fence=stale.fence + 1, lease_owner="t:2:other")
-    w = executor.Worker(queues=[QUEUE], concurrency=2, executor_id=EXEC)
+    w = worker.Worker(queues=[QUEUE], concurrency=2, executor_id=EXEC)
     ctxs = [JobContext(stale), JobContext(fresh)]
     for ctx in ctxs:
         w.heartbeater.add(ctx)
@@ -104,8 +106,8 @@ def test_a_handed_over_completion_whose_lease_was_taken_over_is_refused_and_reco
 
 def test_a_stopping_worker_writes_the_completions_handed_over_and_releases_nothing_else() -> None:
     a = ok.enqueue(n=1)
-    [lease] = store.claim(executor=EXEC, queues=[QUEUE], limit=1)
-    w = executor.Worker(queues=[QUEUE], concurrency=1, executor_id=EXEC, grace=0)
+    [lease] = driver().claim(executor=EXEC, queues=[QUEUE], limit=1)
+    w = worker.Worker(queues=[QUEUE], concurrency=1, executor_id=EXEC, grace=0)
     ctx = JobContext(lease)
     w.heartbeater.add(ctx)
     w._hand_over(ctx)

@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 from django.core.management import call_command
 
-from scheduler_core import maintenance, store
-from scheduler_core.dbclock import db_now
 from scheduler_core.exceptions import StaleAttempt
 from scheduler_core.models import Job
+from scheduler_core.services import reaper
+from scheduler_core.storage.drivers import driver
 from tests.process import jobs
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -28,13 +28,15 @@ def _status() -> dict[str, Any]:
 def test_status_counts_states_executors_and_stale_writes() -> None:
     for _ in range(3):
         jobs.noop.enqueue()
-    store.executor_started("h:1:x", transport="polling", queues=["default"], concurrency=2)
-    [lease] = store.claim(executor="h:1:x", limit=1)
-    Job.objects.filter(pk=lease.job_id).update(lease_expires_at=db_now() - dt.timedelta(seconds=1))
-    maintenance.reap_once()
+    driver().executor_started("h:1:x", transport="polling", queues=["default"], concurrency=2)
+    [lease] = driver().claim(executor="h:1:x", limit=1)
+    Job.objects.filter(pk=lease.job_id).update(
+        lease_expires_at=driver().now() - dt.timedelta(seconds=1)
+    )
+    reaper.reap_once()
     with pytest.raises(StaleAttempt) as refused:
-        store.complete(lease)
-    store.record_stale(refused.value, "h:1:x")
+        driver().complete(lease)
+    driver().record_stale(refused.value, "h:1:x")
 
     status = _status()
     assert status["states"]["waiting"] == 3
@@ -53,6 +55,6 @@ def test_status_counts_states_executors_and_stale_writes() -> None:
 
 
 def test_stopped_executors_are_not_counted_alive() -> None:
-    store.executor_started("h:2:y", transport="polling", queues=["default"], concurrency=1)
-    store.executor_stopped("h:2:y")
+    driver().executor_started("h:2:y", transport="polling", queues=["default"], concurrency=1)
+    driver().executor_stopped("h:2:y")
     assert _status()["executors"]["alive"] == 0

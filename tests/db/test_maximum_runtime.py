@@ -15,11 +15,15 @@ from typing import Any
 
 import pytest
 
-from scheduler_core import health, job, maintenance, registry, store
-from scheduler_core.dbclock import db_now
+from scheduler_core import job
+from scheduler_core.api import registry
 from scheduler_core.exceptions import AttemptOverrun
-from scheduler_core.executor import run_lease
 from scheduler_core.models import Effect, Job, StaleWrite
+from scheduler_core.read import health
+from scheduler_core.runtime.attempt import run_lease
+from scheduler_core.services import reaper
+from scheduler_core.storage.base import Lease
+from scheduler_core.storage.drivers import driver
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -59,13 +63,13 @@ def _fresh() -> None:
     calls.clear()
 
 
-def _claim(job_id: int) -> store.Lease:
-    [lease] = store.claim(executor=EXEC, queues=[Q], job_id=job_id)
+def _claim(job_id: int) -> Lease:
+    [lease] = driver().claim(executor=EXEC, queues=[Q], job_id=job_id)
     return lease
 
 
 def _overrun(job_id: int) -> None:
-    Job.objects.filter(pk=job_id).update(deadline_at=db_now() - dt.timedelta(seconds=1))
+    Job.objects.filter(pk=job_id).update(deadline_at=driver().now() - dt.timedelta(seconds=1))
 
 
 def test_every_job_type_has_a_maximum_runtime_and_nonsense_is_refused(settings: Any) -> None:
@@ -82,12 +86,12 @@ def test_every_job_type_has_a_maximum_runtime_and_nonsense_is_refused(settings: 
 
 def test_the_claim_sets_the_deadline_by_the_database_clock() -> None:
     j = slow.enqueue()
-    before = db_now()
+    before = driver().now()
     _claim(j.pk)
     j.refresh_from_db()
     assert j.deadline_at is not None
     assert before + dt.timedelta(seconds=0.5) <= j.deadline_at
-    assert j.deadline_at <= db_now() + dt.timedelta(seconds=0.5)
+    assert j.deadline_at <= driver().now() + dt.timedelta(seconds=0.5)
 
 
 def test_past_its_deadline_an_attempt_may_not_renew_start_an_effect_or_complete() -> None:
@@ -95,11 +99,11 @@ def test_past_its_deadline_an_attempt_may_not_renew_start_an_effect_or_complete(
     lease = _claim(j.pk)
     _overrun(j.pk)
     with pytest.raises(AttemptOverrun):
-        store.heartbeat(lease)
+        driver().heartbeat(lease)
     with pytest.raises(AttemptOverrun):
-        store.effect_intend(lease, "send")
+        driver().effect_intend(lease, "send")
     with pytest.raises(AttemptOverrun):
-        store.complete(lease)
+        driver().complete(lease)
     j.refresh_from_db()
     assert (j.state, j.fence) == ("leased", lease.fence)
     assert not Effect.objects.filter(job=j).exists()
@@ -114,8 +118,8 @@ def test_an_overrunning_attempt_shows_as_such_until_the_reaper_ends_it() -> None
     assert StaleWrite.objects.filter(job_id=j.pk, write="effect_intent").count() == 1
     counts = health.health_counts()
     assert (counts["overrunning"], counts["running"], counts["abandoned"]) == (1, 0, 0)
-    Job.objects.filter(pk=j.pk).update(lease_expires_at=db_now() - dt.timedelta(seconds=5))
-    assert maintenance.reap_once() == {"reap_retry": 1}
+    Job.objects.filter(pk=j.pk).update(lease_expires_at=driver().now() - dt.timedelta(seconds=5))
+    assert reaper.reap_once() == {"reap_retry": 1}
     j.refresh_from_db()
     assert j.state == "waiting"
     assert j.reason.startswith("maximum runtime of 0.5s exceeded")

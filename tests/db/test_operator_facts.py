@@ -12,10 +12,12 @@ from typing import Any
 
 import pytest
 
-from scheduler_core import ActionRefused, job, maintenance, store
-from scheduler_core.dbclock import db_now
-from scheduler_core.executor import run_lease
+from scheduler_core import ActionRefused, job
 from scheduler_core.models import AuditEntry, Effect, EffectEvent, Installation, Job
+from scheduler_core.runtime.attempt import run_lease
+from scheduler_core.services import operator, reaper
+from scheduler_core.storage import base
+from scheduler_core.storage.drivers import driver
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -47,18 +49,18 @@ def _park_with_intents(jt: Any, names: tuple[str, ...], executor: str) -> Job:
     """An attempt records its intents, then is paused (its process never ends the attempt);
     its lease runs out and the reaper parks the at-most-once job."""
     j = jt.enqueue()
-    [lease] = store.claim(executor=executor, queues=[Q], job_id=j.pk)
+    [lease] = driver().claim(executor=executor, queues=[Q], job_id=j.pk)
     for name in names:
-        store.effect_intend(lease, name)
-    Job.objects.filter(pk=j.pk).update(lease_expires_at=db_now() - dt.timedelta(seconds=30))
-    maintenance.reap_once()
+        driver().effect_intend(lease, name)
+    Job.objects.filter(pk=j.pk).update(lease_expires_at=driver().now() - dt.timedelta(seconds=30))
+    reaper.reap_once()
     j.refresh_from_db()
     assert j.state == "indeterminate"
     return j
 
 
-def _retry(j: Job, **kw: Any) -> store.ActionResult:
-    return store.operator_action(
+def _retry(j: Job, **kw: Any) -> operator.ActionResult:
+    return operator.operator_action(
         j.pk,
         action="retry",
         expected_version=j.version,
@@ -72,9 +74,9 @@ def _retry(j: Job, **kw: Any) -> store.ActionResult:
 def test_a_not_applied_retry_is_refused_while_the_reaped_owner_may_still_be_in_flight() -> None:
     """The issue's two emails: A recorded its intent and paused before sending; the reaper
     parked the job. A retry would let B send while A, resumed, sends too."""
-    store.executor_started("host:1:paused-a", transport="polling", queues=[Q], concurrency=1)
+    driver().executor_started("host:1:paused-a", transport="polling", queues=[Q], concurrency=1)
     j = _park_with_intents(mail, ("email",), "host:1:paused-a")
-    [owner] = store.in_flight_owners(j.pk)
+    [owner] = driver().in_flight_owners(j.pk)
     assert (owner.executor, owner.attempt, owner.fence) == ("host:1:paused-a", 1, 1)
     assert owner.executor_last_seen is not None and owner.reaped_at is not None
     with pytest.raises(ActionRefused, match=r"may still be in flight: host:1:paused-a") as err:
@@ -90,10 +92,10 @@ def test_a_not_applied_retry_is_refused_while_the_reaped_owner_may_still_be_in_f
 
 
 def test_an_owner_that_recorded_its_stop_is_known_gone() -> None:
-    store.executor_started("host:1:stopped-a", transport="polling", queues=[Q], concurrency=1)
+    driver().executor_started("host:1:stopped-a", transport="polling", queues=[Q], concurrency=1)
     j = _park_with_intents(mail, ("email",), "host:1:stopped-a")
-    store.executor_stopped("host:1:stopped-a")
-    assert store.in_flight_owners(j.pk) == []
+    driver().executor_stopped("host:1:stopped-a")
+    assert driver().in_flight_owners(j.pk) == []
     assert _retry(j).audit.detail["in_flight_owners"] == []
 
 
@@ -111,7 +113,7 @@ def test_a_verified_fact_applies_to_the_effect_it_names_not_to_every_effect() ->
     assert (event.effect.name, event.actor, event.state_after) == ("email", "olivia", "not_applied")
     # The retry sends the email again; the sms is still unknown, so at most once parks it.
     Job.objects.filter(pk=j.pk).update(run_at=dt.datetime(2000, 1, 1, tzinfo=dt.UTC))
-    [lease] = store.claim(executor="t:1:b", queues=[Q], job_id=j.pk)
+    [lease] = driver().claim(executor="t:1:b", queues=[Q], job_id=j.pk)
     assert run_lease(lease) == "indeterminate"
     assert sent == [("email", 2)]
 
@@ -119,8 +121,8 @@ def test_a_verified_fact_applies_to_the_effect_it_names_not_to_every_effect() ->
 def test_a_resolve_must_settle_every_unknown_effect() -> None:
     j = _park_with_intents(two, ("email", "sms"), "host:1:gone")
 
-    def resolve(*names: str) -> store.ActionResult:
-        return store.operator_action(
+    def resolve(*names: str) -> operator.ActionResult:
+        return operator.operator_action(
             j.pk,
             action="resolve",
             expected_version=j.version,
@@ -140,17 +142,17 @@ def test_a_resolve_must_settle_every_unknown_effect() -> None:
 def test_effect_keys_carry_the_installation_identity(settings: Any) -> None:
     """Job ids repeat after a restore or a sequence reset, and two deployments may share one
     provider: the installation's identity makes the key name one effect in the world."""
-    store._installation.clear()  # this process cached the identity of a database since flushed
-    made = store.installation_id()
+    base._installation.clear()  # this process cached the identity of a database since flushed
+    made = driver().installation_id()
     assert Installation.objects.get(pk=1).key == made  # made once per database, kept there
     j = mail.enqueue()
-    [lease] = store.claim(executor="t:1:k", queues=[Q], job_id=j.pk)
-    row = store.effect_intend(lease, "email")
+    [lease] = driver().claim(executor="t:1:k", queues=[Q], job_id=j.pk)
+    row = driver().effect_intend(lease, "email")
     assert row.key == f"tenure-{made}-{j.pk}-email"
     settings.TENURE_INSTALLATION_ID = "staging-eu"
-    assert store.effect_key(j.pk, "email") == row.key  # an effect keeps its first key
+    assert driver().effect_key(j.pk, "email") == row.key  # an effect keeps its first key
     other = mail.enqueue()
-    assert store.effect_key(other.pk, "email") == f"tenure-staging-eu-{other.pk}-email"
+    assert driver().effect_key(other.pk, "email") == f"tenure-staging-eu-{other.pk}-email"
     settings.TENURE_INSTALLATION_ID = "no spaces allowed"
     with pytest.raises(ValueError, match="installation id"):
-        store.effect_key(other.pk, "email")
+        driver().effect_key(other.pk, "email")

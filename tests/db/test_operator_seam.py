@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from scheduler_core import ActionRefused, states, store
+from scheduler_core import ActionRefused
+from scheduler_core.domain import states
+from scheduler_core.domain.outcomes import Decision
 from scheduler_core.models import AuditEntry, Effect, Job
-from scheduler_core.outcomes import Decision
+from scheduler_core.services import operator
+from scheduler_core.storage.drivers import driver
 from tests.process import jobs
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -14,9 +17,9 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 def _failed_with_unsettled_effect() -> Job:
     j = jobs.noop.enqueue()
-    [lease] = store.claim(executor="t:1:a")
-    store.effect_intend(lease, "mark")
-    store.finish(lease, Decision(transition=states.FAIL, reason="permanent"), outcome="failed")
+    [lease] = driver().claim(executor="t:1:a")
+    driver().effect_intend(lease, "mark")
+    driver().finish(lease, Decision(transition=states.FAIL, reason="permanent"), outcome="failed")
     j.refresh_from_db()
     return j
 
@@ -30,12 +33,12 @@ def test_an_attempt_that_ends_unsuccessfully_marks_its_unsettled_effect_unknown(
 def test_failed_job_with_unknown_effect_needs_a_stated_fact_to_retry() -> None:
     j = _failed_with_unsettled_effect()
     with pytest.raises(ActionRefused, match="verified"):
-        store.operator_action(
+        operator.operator_action(
             j.pk, action="retry", expected_version=j.version, actor="op", reason="r"
         )
     assert Job.objects.get(pk=j.pk).state == "failed"
     assert AuditEntry.objects.count() == 0
-    result = store.operator_action(
+    result = operator.operator_action(
         j.pk,
         action="retry",
         expected_version=j.version,
@@ -51,10 +54,10 @@ def test_failed_job_with_unknown_effect_needs_a_stated_fact_to_retry() -> None:
 def test_resolving_as_succeeded_always_needs_verified_applied() -> None:
     j = _failed_with_unsettled_effect()
     with pytest.raises(ActionRefused, match="verified=applied"):
-        store.operator_action(
+        operator.operator_action(
             j.pk, action="resolve", expected_version=j.version, actor="op", reason="r"
         )
-    done = store.operator_action(
+    done = operator.operator_action(
         j.pk,
         action="resolve",
         expected_version=j.version,
@@ -71,8 +74,8 @@ def test_bulk_retry_leaves_out_failed_jobs_whose_effect_outcome_is_unknown() -> 
 
     unknown = _failed_with_unsettled_effect()
     plain = jobs.noop.enqueue()
-    [lease] = store.claim(executor="t:1:b")
-    store.finish(lease, Decision(transition=states.FAIL, reason="permanent"), outcome="failed")
+    [lease] = driver().claim(executor="t:1:b")
+    driver().finish(lease, Decision(transition=states.FAIL, reason="permanent"), outcome="failed")
     targets = set(bulk_targets(JobFilter(state="failed"), "retry").values_list("pk", flat=True))
     assert targets == {plain.pk}
     assert unknown.pk not in targets

@@ -9,8 +9,12 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from scheduler_core import health, job, maintenance, store
+from scheduler_core import job
 from scheduler_core.models import Attempt, AuditEntry, CountSnapshot, Effect, Job
+from scheduler_core.read import health
+from scheduler_core.runtime import attempt
+from scheduler_core.services import maintenance
+from scheduler_core.storage.drivers import driver
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -26,11 +30,10 @@ def ok(ctx: Any, *, n: int = 0) -> None:
 
 
 def _finish(n: int, state: str = "succeeded") -> list[int]:
-    from scheduler_core import executor
 
     ids = [ok.enqueue(n=i).pk for i in range(n)]
-    for lease in store.claim(executor=EXEC, queues=["retention"], limit=n):
-        executor.run_lease(lease)
+    for lease in driver().claim(executor=EXEC, queues=["retention"], limit=n):
+        attempt.run_lease(lease)
     if state != "succeeded":
         Job.objects.filter(pk__in=ids).update(state=state)
     return ids
@@ -47,12 +50,12 @@ def test_old_succeeded_jobs_are_deleted_with_their_attempts_and_ledger() -> None
     old, recent = _finish(3), _finish(2)
     _age(old, 8)
     assert Effect.objects.filter(job_id__in=old).count() == 3
-    assert store.prune_finished("succeeded", 7 * DAY) == 3
+    assert driver().prune_finished("succeeded", 7 * DAY) == 3
     assert not Job.objects.filter(pk__in=old).exists()
     assert not Attempt.objects.filter(job_id__in=old).exists()
     assert not Effect.objects.filter(job_id__in=old).exists()
     assert Job.objects.filter(pk__in=recent).count() == 2
-    assert store.prune_finished("succeeded", 7 * DAY) == 0
+    assert driver().prune_finished("succeeded", 7 * DAY) == 0
 
 
 def test_pruning_is_batched_and_keeps_what_it_must() -> None:
@@ -66,14 +69,14 @@ def test_pruning_is_batched_and_keeps_what_it_must() -> None:
     _age(waiting, 400)
     # An operator acted on this one: its audit trail must keep naming it.
     AuditEntry.objects.create(job_id=done[0], actor="op", action="resolve", reason="checked")
-    assert store.prune_finished("succeeded", 7 * DAY, limit=2) == 2
-    assert store.prune_finished("succeeded", 7 * DAY, limit=2) == 2
-    assert store.prune_finished("succeeded", 7 * DAY, limit=2) == 0
+    assert driver().prune_finished("succeeded", 7 * DAY, limit=2) == 2
+    assert driver().prune_finished("succeeded", 7 * DAY, limit=2) == 2
+    assert driver().prune_finished("succeeded", 7 * DAY, limit=2) == 0
     assert list(Job.objects.filter(pk__in=done).values_list("id", flat=True)) == [done[0]]
-    assert store.prune_finished("failed", 30 * DAY) == 0
+    assert driver().prune_finished("failed", 30 * DAY) == 0
     assert Job.objects.filter(pk__in=failed + parked + waiting).count() == 3
     with pytest.raises(ValueError):
-        store.prune_finished("indeterminate", DAY)
+        driver().prune_finished("indeterminate", DAY)
 
 
 def test_the_scheduler_prunes_per_the_retention_settings(settings: Any) -> None:

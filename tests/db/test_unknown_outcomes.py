@@ -14,10 +14,12 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from scheduler_core import Permanent, Transient, job, maintenance, registry, store
-from scheduler_core.dbclock import db_now
-from scheduler_core.executor import run_lease
+from scheduler_core import Permanent, Transient, job
+from scheduler_core.api import registry
 from scheduler_core.models import Effect, EffectEvent, Job
+from scheduler_core.runtime.attempt import run_lease
+from scheduler_core.services import operator, reaper
+from scheduler_core.storage.drivers import driver
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -117,7 +119,7 @@ def _due(job_id: int) -> None:
 
 def _run_next(job_id: int) -> str:
     _due(job_id)
-    [lease] = store.claim(executor=EXEC, queues=[Q], job_id=job_id)
+    [lease] = driver().claim(executor=EXEC, queues=[Q], job_id=job_id)
     return run_lease(lease)
 
 
@@ -201,11 +203,11 @@ def test_the_reaper_reads_the_sticky_answer() -> None:
     j = idem2.enqueue()
     assert _run_next(j.pk) == "retried"
     _due(j.pk)
-    [lease] = store.claim(executor=EXEC, queues=[Q], job_id=j.pk)
-    row = store.effect_intend(lease, "charge")
-    assert store.effect_settle(lease, row.key, Effect.NOT_APPLIED) == Effect.UNKNOWN
-    Job.objects.filter(pk=j.pk).update(lease_expires_at=db_now() - dt.timedelta(seconds=30))
-    assert maintenance.reap_once() == {"reap_park": 1}
+    [lease] = driver().claim(executor=EXEC, queues=[Q], job_id=j.pk)
+    row = driver().effect_intend(lease, "charge")
+    assert driver().effect_settle(lease, row.key, Effect.NOT_APPLIED) == Effect.UNKNOWN
+    Job.objects.filter(pk=j.pk).update(lease_expires_at=driver().now() - dt.timedelta(seconds=30))
+    assert reaper.reap_once() == {"reap_park": 1}
     assert Job.objects.get(pk=j.pk).state == "indeterminate"
 
 
@@ -215,14 +217,14 @@ def test_a_retry_of_an_at_most_once_job_reads_the_other_effects_unknown() -> Non
     instead of retrying it."""
     j = amo_two_effects.enqueue()
     _due(j.pk)
-    [lease] = store.claim(executor=EXEC, queues=[Q], job_id=j.pk)
+    [lease] = driver().claim(executor=EXEC, queues=[Q], job_id=j.pk)
     for name in ("receipt", "sms"):
-        store.effect_intend(lease, name)
-    Job.objects.filter(pk=j.pk).update(lease_expires_at=db_now() - dt.timedelta(seconds=30))
-    maintenance.reap_once()
+        driver().effect_intend(lease, name)
+    Job.objects.filter(pk=j.pk).update(lease_expires_at=driver().now() - dt.timedelta(seconds=30))
+    reaper.reap_once()
     j.refresh_from_db()
     assert j.state == "indeterminate"
-    store.operator_action(
+    operator.operator_action(
         j.pk,
         action="retry",
         expected_version=j.version,
@@ -249,7 +251,7 @@ def test_jobs_whose_effect_may_have_happened_are_never_pruned() -> None:
         state="failed", updated_at=timezone.now() - dt.timedelta(days=90)
     )
     assert Effect.objects.get(job_id=j.pk).state == "unknown"
-    assert store.prune_finished("failed", 30 * 24 * 3600.0) == 0
+    assert driver().prune_finished("failed", 30 * 24 * 3600.0) == 0
     assert Job.objects.filter(pk=j.pk).exists()
 
 
@@ -263,7 +265,7 @@ def test_a_job_type_no_longer_registered_is_parked_by_the_executor_and_the_reape
     a.refresh_from_db()
     assert "no job type 'tests.unknown.removed_by_a_deploy' is registered" in a.reason
     _due(b.pk)
-    store.claim(executor=EXEC, queues=[Q], job_id=b.pk)
-    Job.objects.filter(pk=b.pk).update(lease_expires_at=db_now() - dt.timedelta(seconds=30))
-    assert maintenance.reap_once() == {"reap_park": 1}
+    driver().claim(executor=EXEC, queues=[Q], job_id=b.pk)
+    Job.objects.filter(pk=b.pk).update(lease_expires_at=driver().now() - dt.timedelta(seconds=30))
+    assert reaper.reap_once() == {"reap_park": 1}
     assert Job.objects.get(pk=b.pk).state == "indeterminate"

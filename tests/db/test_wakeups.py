@@ -9,7 +9,9 @@ import psycopg
 import pytest
 from django.db import connection, transaction
 
-from scheduler_core import job, store
+from scheduler_core import job
+from scheduler_core.storage import postgres
+from scheduler_core.storage.drivers import driver
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
@@ -22,7 +24,7 @@ def ok(ctx: Any, *, n: int = 0) -> None:
 @pytest.fixture
 def listener() -> Any:
     conn = psycopg.connect(**connection.get_connection_params(), autocommit=True)
-    conn.execute(f"LISTEN {store.WAKEUP_CHANNEL}")
+    conn.execute(f"LISTEN {postgres.WAKEUP_CHANNEL}")
     yield conn
     conn.close()
 
@@ -30,7 +32,7 @@ def listener() -> Any:
 def _heard(conn: Any, timeout: float = 0.5) -> list[tuple[str, int]]:
     out = []
     for n in conn.notifies(timeout=timeout):
-        woken = store.read_wakeup(n.payload)
+        woken = postgres.read_wakeup(n.payload)
         assert woken is not None
         out.append((woken[0], woken[1]))
     return out
@@ -75,5 +77,5 @@ def test_a_wakeup_that_cannot_be_sent_leaves_the_committed_job_to_polling(
         j = ok.enqueue(n=1)
     assert "could not send the wake-up" in caplog.text
     connection.close()
-    [lease] = store.claim(executor="t:1:wakeups", queues=["wakeups"], limit=1)
+    [lease] = driver().claim(executor="t:1:wakeups", queues=["wakeups"], limit=1)
     assert lease.job_id == j.pk

@@ -28,8 +28,9 @@ from django.db import connection
 
 from demo import jobs as demo_jobs
 from demo.models import Charge, LedgerEntry, MailMessage, ProviderRequest
-from scheduler_core import store
 from scheduler_core.models import Attempt, Effect, Job, StaleWrite
+from scheduler_core.services import operator
+from scheduler_core.storage.drivers import driver
 from tests import conftest
 from tests.conftest import wait_until
 
@@ -58,7 +59,7 @@ class Mode:
     delivered: Callable[[str], int]
 
     def key(self, job: Job) -> str:
-        return store.effect_key(job.pk, self.effect)
+        return driver().effect_key(job.pk, self.effect)
 
 
 def _charges(key: str) -> int:
@@ -397,16 +398,16 @@ def test_an_operator_retry_while_the_reaped_owner_is_paused_before_its_send(
     helpers = [spawn("run_scheduler", "--interval", "0.2", env=env)]
     _settled([mail.pk, transfer.pk])
     mail_key, transfer_key = (
-        store.effect_key(mail.pk, "email"),
-        store.effect_key(transfer.pk, "transfer"),
+        driver().effect_key(mail.pk, "email"),
+        driver().effect_key(transfer.pk, "transfer"),
     )
     assert (_mails(mail_key), _charges(transfer_key)) == (0, 0)  # the operator finds nothing
     for j in (mail, transfer):
         j.refresh_from_db()
         assert j.state == "indeterminate"
-        assert len(store.in_flight_owners(j.pk)) == 1
+        assert len(driver().in_flight_owners(j.pk)) == 1
         with pytest.raises(ActionRefused, match="may still be in flight"):
-            store.operator_action(
+            operator.operator_action(
                 j.pk,
                 action="retry",
                 expected_version=j.version,
@@ -414,7 +415,7 @@ def test_an_operator_retry_while_the_reaped_owner_is_paused_before_its_send(
                 reason="nothing at the destination",
                 verified="not_applied",
             )
-        store.operator_action(
+        operator.operator_action(
             j.pk,
             action="retry",
             expected_version=j.version,

@@ -124,7 +124,7 @@ def test_a_hung_handler_without_a_declared_timeout_is_ended_at_the_default_maxim
     declares no timeout. The project's default (2 s here) ends the attempt: it shows as
     overrunning, never running forever; the reaper rescues the job; the hung thread's late
     effect is refused by the fence."""
-    from scheduler_core import health
+    from scheduler_core.read import health
 
     settings.TENURE_DEFAULT_TIMEOUT_SECONDS = 2.0
     j = jobs.hang_first.enqueue(seconds=8.0)

@@ -14,10 +14,11 @@ from typing import Any
 import pytest
 
 from demo import jobs as demo
-from scheduler_core import job, maintenance, store
-from scheduler_core.dbclock import db_now
+from scheduler_core import job
 from scheduler_core.exceptions import StaleAttempt
 from scheduler_core.models import Job
+from scheduler_core.services import operator, reaper
+from scheduler_core.storage.drivers import driver
 from tests.conftest import wait_until
 from tests.process import jobs as proc_jobs
 
@@ -75,25 +76,27 @@ def test_every_health_category_from_a_real_situation_in_status_and_metrics(
     spawn: Any, tmp_path: Path
 ) -> None:
     # A stale write and a reaped lease, through the write seam.
-    store.executor_started("h:1:gone", transport="polling", queues=["x"], concurrency=1)
+    driver().executor_started("h:1:gone", transport="polling", queues=["x"], concurrency=1)
     leased = demo.noop.enqueue()
-    [lease] = store.claim(executor="h:1:gone", queues=["default"], job_id=leased.pk)
-    Job.objects.filter(pk=leased.pk).update(lease_expires_at=db_now() - dt.timedelta(seconds=1))
-    maintenance.reap_once()
+    [lease] = driver().claim(executor="h:1:gone", queues=["default"], job_id=leased.pk)
+    Job.objects.filter(pk=leased.pk).update(
+        lease_expires_at=driver().now() - dt.timedelta(seconds=1)
+    )
+    reaper.reap_once()
     with pytest.raises(StaleAttempt) as refused:
-        store.complete(lease)
-    store.record_stale(refused.value, "h:1:gone")
+        driver().complete(lease)
+    driver().record_stale(refused.value, "h:1:gone")
     # Cancelled, so the categories below are exact.
-    store.operator_action(
+    operator.operator_action(
         leased.pk,
         action="cancel",
         expected_version=Job.objects.get(pk=leased.pk).version,
         actor="test",
         reason="not needed",
     )
-    store.executor_stopped("h:1:gone")
+    driver().executor_stopped("h:1:gone")
 
-    scheduled = demo.noop.enqueue(run_at=db_now() + dt.timedelta(hours=1))
+    scheduled = demo.noop.enqueue(run_at=driver().now() + dt.timedelta(hours=1))
     stuck = unserved.enqueue()  # due, and no executor serves its queue
     failing = demo.failing.enqueue(quick=3, pause=600)
     poison = demo.poison.enqueue()
@@ -126,11 +129,12 @@ def test_every_health_category_from_a_real_situation_in_status_and_metrics(
     spawn("run_executor", "--concurrency", "1", env={"TENURE_JOB_MODULES": "tests.process.jobs"})
     wait_until(lambda: _state(overrun.pk) == "leased", timeout=60)
     wait_until(
-        lambda: Job.objects.filter(pk=overrun.pk, deadline_at__lt=db_now()).exists(), timeout=10
+        lambda: Job.objects.filter(pk=overrun.pk, deadline_at__lt=driver().now()).exists(),
+        timeout=10,
     )
     # No scheduler runs, so nothing reaps it: its heartbeat goes stale, then its lease expires.
     wait_until(
-        lambda: Job.objects.filter(pk=abandoned.pk, lease_expires_at__lt=db_now()).exists(),
+        lambda: Job.objects.filter(pk=abandoned.pk, lease_expires_at__lt=driver().now()).exists(),
         timeout=60,
     )
 

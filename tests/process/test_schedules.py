@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from scheduler_core import schedules
-from scheduler_core.dbclock import db_now
 from scheduler_core.models import Job, Schedule
+from scheduler_core.services import scheduling
+from scheduler_core.storage.drivers import driver
 from tests.conftest import wait_until
 
 pytestmark = [pytest.mark.process, pytest.mark.django_db(transaction=True)]
@@ -43,7 +43,7 @@ def fire_times(schedule: Schedule) -> list[dt.datetime]:
 def test_three_schedulers_enqueue_each_interval_occurrence_once_even_after_a_stop(
     spawn: Any,
 ) -> None:
-    s = schedules.create_schedule(name="every-second", job_name="demo.noop", interval_seconds=1)
+    s = scheduling.create_schedule(name="every-second", job_name="demo.noop", interval_seconds=1)
     procs = schedulers(spawn)
     wait_until(lambda: Job.objects.filter(schedule=s).count() >= 3, timeout=90)
     # All schedulers stop answering for a while (shorter than the misfire grace) ...
@@ -69,12 +69,12 @@ def test_three_schedulers_enqueue_each_interval_occurrence_once_even_after_a_sto
 
 FIRE_SCRIPT = """
 import datetime as dt, time
-from scheduler_core import schedules
+from scheduler_core.services import scheduling
 t0 = dt.datetime.fromisoformat({t0!r})
 start = {start!r}
 while time.time() < start:
     time.sleep(0.005)
-new = sum(schedules.fire_due(now=t0 + dt.timedelta(minutes=i)) for i in range({n}))
+new = sum(scheduling.fire_due(now=t0 + dt.timedelta(minutes=i)) for i in range({n}))
 print("NEW", new)
 """
 
@@ -84,7 +84,7 @@ def test_concurrent_fire_due_with_a_frozen_clock_enqueues_each_occurrence_once(
     spawn: Any, tmp_path: Path
 ) -> None:
     t0 = dt.datetime(2030, 1, 1, tzinfo=dt.UTC)
-    s = schedules.create_schedule(
+    s = scheduling.create_schedule(
         name="each-minute",
         job_name="demo.noop",
         cron="* * * * *",
@@ -118,7 +118,7 @@ def test_concurrent_fire_due_with_a_frozen_clock_enqueues_each_occurrence_once(
 def test_schedulers_returning_after_an_absence_apply_the_misfire_policy(
     spawn: Any, policy: str, n: int, expected_minutes_ago: list[int]
 ) -> None:
-    s = schedules.create_schedule(
+    s = scheduling.create_schedule(
         name=f"misfire-{policy}",
         job_name="demo.noop",
         interval_seconds=600,
@@ -128,7 +128,7 @@ def test_schedulers_returning_after_an_absence_apply_the_misfire_policy(
     # What 105 minutes without any scheduler leave behind: the row's next occurrence is far in
     # the past (the occurrences at -105, -95, ... -5 minutes were all missed). The next one is
     # 5 minutes ahead, far beyond this test.
-    now = db_now().replace(microsecond=0)
+    now = driver().now().replace(microsecond=0)
     Schedule.objects.filter(pk=s.pk).update(next_fire_at=now - dt.timedelta(minutes=105))
     procs = schedulers(spawn, env={"TENURE_SCHEDULE_MISFIRE_GRACE_SECONDS": "5"})
     wait_until(lambda: Schedule.objects.get(pk=s.pk).next_fire_at > now, timeout=120)

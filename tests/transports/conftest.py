@@ -29,6 +29,7 @@ from urllib.parse import urlparse
 
 import pytest
 
+from scheduler_core.api import hints
 from tests.conftest import ROOT
 
 # The contract's classes live outside test modules; keep pytest's assertion messages for them.
@@ -199,7 +200,6 @@ class Harness:
         """Wait until the worker is a live consumer of the test queue in the executor
         registry: hints go only to queues a live worker consumes, so an enqueue before that
         would leave its job to the dispatcher (as it does in production)."""
-        from scheduler_core import transports
         from scheduler_core.models import Executor
 
         def registered() -> bool:
@@ -216,7 +216,7 @@ class Harness:
             if time.monotonic() > deadline:
                 raise AssertionError(f"the worker never registered:\n{self.log_text()}")
             time.sleep(0.1)
-        transports.CONSUMERS.forget()
+        hints.CONSUMERS.forget()
 
     def start_scheduler(self) -> subprocess.Popen[bytes]:
         """Start ``run_scheduler`` (reaper and dispatcher) with a short sweep interval."""
@@ -248,10 +248,9 @@ class Harness:
     # -- the broker ------------------------------------------------------------------------
     def publish(self, job_id: int) -> None:
         """Deliver one more hint for ``job_id`` exactly as the dispatcher would."""
-        from scheduler_core import transports
 
         if self.spec.carries_messages:
-            assert transports.publish(job_id, QUEUE), "the broker refused the hint"
+            assert hints.publish(job_id, QUEUE), "the broker refused the hint"
 
     def queue_length(self) -> int:
         """Messages waiting on the test queue (0 for the broker-less executor)."""

@@ -24,8 +24,8 @@ from typing import Any, ClassVar
 from django.db.models import Count
 from django.test import override_settings
 
-from scheduler_core import store
 from scheduler_core.models import Attempt, Executor, Job
+from scheduler_core.storage.drivers import driver
 from tests.conftest import broker_consumer, wait_until
 from tests.transports import jobs
 from tests.transports.conftest import BROKER_QUEUE, Harness, Spec, descendants, kombu_queue
@@ -109,7 +109,7 @@ class TransportContract:
             wait_until(lambda: transport.queue_length() == 1, timeout=10)
             transport.purge()
             assert transport.queue_length() == 0
-        store.executor_stopped(consumer)
+        driver().executor_stopped(consumer)
         assert Job.objects.get(pk=unsent.pk).hinted_at is None
         transport.start_worker()
         # Resend age 0: the purged hint is as "old" as it will ever need to be.

@@ -1,4 +1,4 @@
-"""A warm shutdown stops a Celery chain from claiming (``scheduler_core/chain.py``).
+"""A warm shutdown stops a Celery chain from claiming (``scheduler_core/runtime/chain.py``).
 
 A real ``celery -A config worker`` (prefork, one pool process) on a real broker runs a long job
 as a message's first job, with many due jobs of the same queue waiting behind it and the chain

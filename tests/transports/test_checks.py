@@ -38,7 +38,7 @@ def test_rq_with_a_prefix_needs_prefixed_queues(settings: Any) -> None:
 
 def _every_queue(settings: Any) -> dict[str, Any]:
     """RQ_QUEUES with an entry for every registered job type's queue (whatever tests ran)."""
-    from scheduler_core import registry
+    from scheduler_core.api import registry
 
     entry = dict(settings.RQ_QUEUES["default"])
     return {jt.queue: entry for jt in registry.all_types().values()}

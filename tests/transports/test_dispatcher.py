@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from scheduler_core import store
-from scheduler_core.dbclock import DbNow
 from scheduler_core.models import Job
+from scheduler_core.storage.clock import DbNow
+from scheduler_core.storage.drivers import driver
 from tests.transports import jobs
 
 pytestmark = pytest.mark.django_db
@@ -33,8 +33,8 @@ def test_dispatcher_hints_exactly_the_jobs_whose_last_hint_cannot_wake_them(sett
     # Hinted after it became due, recently: that message is still on its way.
     fresh = waiting_job(run_at=-5, hinted_at=-1)
     not_due = waiting_job(run_at=+30, hinted_at=None)
-    picked = {job_id for job_id, _ in store.take_due_hints()}
+    picked = {job_id for job_id, _ in driver().take_due_hints()}
     assert picked == {never, old, before_retry}
     assert fresh not in picked and not_due not in picked
     # Marked hinted now: a second round in the same instant sends nothing again.
-    assert store.take_due_hints() == []
+    assert driver().take_due_hints() == []

@@ -1,8 +1,8 @@
 """Job states for dashboard tests, made through the real write seam.
 
-Every job is enqueued through the registry, claimed with ``store.claim`` and ended with
-``store.finish`` and a ``Decision``, exactly as an executor would, or by the reaper
-(``store.reap``) once its lease ran out; nothing writes Job rows directly.
+Every job is enqueued through the registry, claimed with ``driver().claim`` and ended with
+``driver().finish`` and a ``Decision``, exactly as an executor would, or by the reaper
+(``reaper.reap``) once its lease ran out; nothing writes Job rows directly.
 """
 
 from __future__ import annotations
@@ -13,10 +13,16 @@ from typing import Any
 from django.contrib.auth import get_user_model
 
 from admin_ui.permissions import grant
-from scheduler_core import health, job, registry, states, store
-from scheduler_core.classify import FailureClass
+from scheduler_core import job
+from scheduler_core.api import registry
+from scheduler_core.domain import states
+from scheduler_core.domain.classify import FailureClass
+from scheduler_core.domain.outcomes import Decision
 from scheduler_core.models import Job
-from scheduler_core.outcomes import Decision
+from scheduler_core.read import health
+from scheduler_core.services import reaper
+from scheduler_core.storage.base import Failure, Lease
+from scheduler_core.storage.drivers import driver
 from tests.conftest import wait_until
 
 EXECUTOR = "ui-test-host:1:exec-ui"
@@ -63,15 +69,15 @@ def enqueue(name: str = "ui.sync", **kw: Any) -> Job:
     return registry.enqueue(name, kw, run_at=run_at, unique_key=unique_key)
 
 
-def claim(j: Job, executor: str = EXECUTOR) -> store.Lease:
+def claim(j: Job, executor: str = EXECUTOR) -> Lease:
     """Claim exactly ``j`` (it must be due and waiting)."""
-    leases = store.claim(executor=executor, queues=[j.queue], job_id=j.pk)
+    leases = driver().claim(executor=executor, queues=[j.queue], job_id=j.pk)
     assert len(leases) == 1, f"job {j.pk} was not claimable"
     return leases[0]
 
 
-def _failure(cls: FailureClass, message: str) -> store.Failure:
-    return store.Failure(
+def _failure(cls: FailureClass, message: str) -> Failure:
+    return Failure(
         error_class=cls.value,
         error_type="DemoError",
         message=message,
@@ -79,7 +85,7 @@ def _failure(cls: FailureClass, message: str) -> store.Failure:
     )
 
 
-def running(name: str = "ui.sync", **payload: Any) -> tuple[Job, store.Lease]:
+def running(name: str = "ui.sync", **payload: Any) -> tuple[Job, Lease]:
     """A leased job with a valid lease."""
     j = enqueue(name, **payload)
     lease = claim(j)
@@ -90,7 +96,7 @@ def running(name: str = "ui.sync", **payload: Any) -> tuple[Job, store.Lease]:
 def succeeded(name: str = "ui.sync", **payload: Any) -> Job:
     """A job whose one attempt completed."""
     j, lease = running(name, **payload)
-    store.complete(lease)
+    driver().complete(lease)
     j.refresh_from_db()
     return j
 
@@ -98,7 +104,7 @@ def succeeded(name: str = "ui.sync", **payload: Any) -> Job:
 def failed(name: str = "ui.sync", message: str = "card declined", **payload: Any) -> Job:
     """A job failed by a permanent error in its first attempt."""
     j, lease = running(name, **payload)
-    store.finish(
+    driver().finish(
         lease,
         Decision(transition=states.FAIL, reason=f"permanent error: {message}"),
         outcome="failed",
@@ -118,8 +124,8 @@ def indeterminate(
     """A job parked after an ambiguous outcome, with effect intents the ledger calls unknown."""
     j, lease = running(name, **payload)
     for effect in effects:
-        store.effect_intend(lease, effect)
-    store.finish(
+        driver().effect_intend(lease, effect)
+    driver().finish(
         lease,
         Decision(transition=states.PARK, reason=f"indeterminate: {message}"),
         outcome="indeterminate",
@@ -133,9 +139,9 @@ def with_unknown_effect(transition: states.Transition, name: str = "ui.charge") 
     """A job whose attempt recorded an intent and ended by ``transition`` (``FAIL``: failed,
     ``RETRY``: waiting again) without an outcome: its effect is unknown in the ledger."""
     j, lease = running(name)
-    store.effect_intend(lease, "charge")
+    driver().effect_intend(lease, "charge")
     fail = transition == states.FAIL
-    store.finish(
+    driver().finish(
         lease,
         Decision(transition=transition, reason="ended without an outcome"),
         outcome="failed" if fail else "retry",
@@ -157,14 +163,14 @@ def reaped(
     its one-second lease ran out the reaper ended the attempt (``lease_expired``) and parked
     the job indeterminate. The owner's executor never recorded its stop, unless ``stopped``.
     """
-    store.executor_started(OWNER, transport="polling", queues=["mail", "billing"], concurrency=1)
+    driver().executor_started(OWNER, transport="polling", queues=["mail", "billing"], concurrency=1)
     j = enqueue(name)
     lease = claim(j, OWNER)
     for effect in effects:
-        store.effect_intend(lease, effect)
-    wait_until(lambda: store.reap(), timeout=10)
+        driver().effect_intend(lease, effect)
+    wait_until(lambda: reaper.reap(), timeout=10)
     if stopped:
-        store.executor_stopped(OWNER)
+        driver().executor_stopped(OWNER)
     j.refresh_from_db()
     assert j.state == states.State.INDETERMINATE, j.state
     return j
@@ -186,7 +192,7 @@ def backing_off(name: str = "ui.sync", *, attempts: int = 1, **payload: Any) -> 
     for n in range(attempts):
         lease = claim(j)
         last = n == attempts - 1
-        store.finish(
+        driver().finish(
             lease,
             Decision(transition=states.RETRY, delay=3600.0 if last else 0.0, reason="transient"),
             outcome="retry",

@@ -17,9 +17,10 @@ from typing import Any
 
 import pytest
 
-from scheduler_core import health, store
+from scheduler_core.domain.modes import GUARANTEES, EffectMode
 from scheduler_core.models import AuditEntry, Job
-from scheduler_core.modes import GUARANTEES, EffectMode
+from scheduler_core.read import health
+from scheduler_core.storage.drivers import driver
 from tests.conftest import wait_until
 
 from . import factories as f
@@ -87,7 +88,7 @@ def log_in(page: Any, username: str) -> None:
 
 def every_category() -> dict[str, Job]:
     """One job in each health category (an abandoned one needs its 1 s lease to run out)."""
-    store.executor_started(
+    driver().executor_started(
         f.EXECUTOR, transport="polling", queues=["default", "billing"], concurrency=4
     )
     made = {

@@ -15,10 +15,12 @@ from django.urls import reverse
 
 from admin_ui import actions
 from admin_ui.permissions import OPERATE_PERM
-from scheduler_core import states, store
+from scheduler_core.domain import states
+from scheduler_core.domain.modes import GUARANTEES, EffectMode
+from scheduler_core.domain.outcomes import Decision
 from scheduler_core.models import AuditEntry, Effect, EffectEvent, Job
-from scheduler_core.modes import GUARANTEES, EffectMode
-from scheduler_core.outcomes import Decision
+from scheduler_core.services import operator
+from scheduler_core.storage.drivers import driver
 
 from . import factories as f
 
@@ -350,7 +352,7 @@ def test_offered_actions_follow_the_lifecycle_the_need_of_a_fact_and_the_mode(
         ),
     }
     cancelled = f.indeterminate("ui.charge")
-    store.operator_action(
+    operator.operator_action(
         cancelled.pk, action="cancel", expected_version=cancelled.version, actor="a", reason="r"
     )
     table["cancelled, effect unknown"] = (cancelled, set())
@@ -519,8 +521,8 @@ def test_job_page_shows_each_effects_history_and_an_in_doubt_badge(op_client: Cl
     assert r.status_code == 303
     job.refresh_from_db()
     lease = f.claim(job)
-    eff = store.effect_intend(lease, "charge")  # in doubt: the earlier outcome is unknown
-    store.effect_settle(lease, eff.key, Effect.NOT_APPLIED, note="connection refused")
+    eff = driver().effect_intend(lease, "charge")  # in doubt: the earlier outcome is unknown
+    driver().effect_settle(lease, eff.key, Effect.NOT_APPLIED, note="connection refused")
     html = op_client.get(detail_url(job)).content.decode()
     row = html.split('data-effect="charge"')[1].split("</tbody>")[0]
     assert '<span class="badge in-doubt"' in row
@@ -531,7 +533,7 @@ def test_job_page_shows_each_effects_history_and_an_in_doubt_badge(op_client: Cl
     assert "effect-unknown" in last and '<strong class="warn-text">yes</strong>' in last
     assert "sent nothing, but an earlier outcome is still unknown" in last
     assert f'<td class="num small">{lease.fence}</td>' in last
-    store.finish(lease, Decision(transition=states.PARK, reason="x"), outcome="indeterminate")
+    driver().finish(lease, Decision(transition=states.PARK, reason="x"), outcome="indeterminate")
     job.refresh_from_db()
     r = act(op_client, job, "retry-not-applied", effects=["charge"], reason="psp: no charge")
     assert r.status_code == 303
@@ -591,7 +593,9 @@ def test_state_change_and_audit_row_commit_together(op_client: Client, monkeypat
 
     job = f.indeterminate("ui.notify")
     before = snapshot()
-    monkeypatch.setattr(store, "AuditEntry", NoAudit)
+    from scheduler_core.storage import base
+
+    monkeypatch.setattr(base, "AuditEntry", NoAudit)
     with pytest.raises(Crash):
         act(op_client, job, "resolve-applied", effects="charge")
     assert snapshot() == before  # the job and its ledger kept their state
@@ -720,7 +724,7 @@ def test_overview_counts_each_category(op_client: Client) -> None:
 
 
 def test_overview_lists_live_executors_and_their_leases(op_client: Client) -> None:
-    store.executor_started(f.EXECUTOR, transport="polling", queues=["default"], concurrency=2)
+    driver().executor_started(f.EXECUTOR, transport="polling", queues=["default"], concurrency=2)
     job, _ = f.running()
     html = op_client.get(reverse("admin_ui:overview")).content.decode()
     assert f.EXECUTOR in html and f'href="{detail_url(job)}"' in html
@@ -865,7 +869,7 @@ def test_bulk_action_is_all_or_nothing(db: Any) -> None:
     f.running("ui.notify")
     before = snapshot()
     with pytest.raises(ActionRefused):
-        store.bulk_operator_action(
+        operator.bulk_operator_action(
             Job.objects.filter(queue="mail"),
             action="cancel",
             confirmed_count=3,

@@ -9,7 +9,7 @@ from urllib.error import HTTPError, URLError
 
 import pytest
 
-from scheduler_core.classify import (
+from scheduler_core.domain.classify import (
     FailureClass,
     PayloadMismatch,
     check_matchers,

@@ -3,13 +3,14 @@ was sent), never from the reply; late and slow renewals are recorded."""
 
 from __future__ import annotations
 
+import types
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
 from django.db import DatabaseError
 
-from scheduler_core import executor
+from scheduler_core.runtime import heartbeat
 
 FRACTION = 1 / 3
 
@@ -48,20 +49,26 @@ def rig(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     events: list[dict[str, Any]] = []
     state: dict[str, Any] = {"clock": clock, "events": events, "took": 0.0, "fail": False}
 
-    def heartbeat(lease: Any) -> bool:
-        if state["fail"]:
-            raise DatabaseError("the database cannot be reached (test)")
-        clock.t += state["took"]  # the reply comes back this much later
-        return True
+    class Driver:
+        """The renewals' storage: answers after ``took`` seconds, or fails."""
 
-    monkeypatch.setattr(executor.time, "monotonic", clock)
-    monkeypatch.setattr(executor.store, "heartbeat", heartbeat)
-    monkeypatch.setattr(executor.store, "log_event", lambda kind, **f: events.append({kind: f}))
+        connection = types.SimpleNamespace(close=lambda: None)
+
+        def heartbeat(self, lease: Any) -> bool:
+            if state["fail"]:
+                raise DatabaseError("the database cannot be reached (test)")
+            clock.t += state["took"]  # the reply comes back this much later
+            return True
+
+    fake = Driver()
+    monkeypatch.setattr(heartbeat.time, "monotonic", clock)
+    monkeypatch.setattr(heartbeat, "driver", lambda: fake)
+    monkeypatch.setattr(heartbeat.hooks, "event", lambda kind, **f: events.append({kind: f}))
     return state
 
 
 def test_the_first_renewal_counts_from_when_the_claim_was_sent(rig: dict[str, Any]) -> None:
-    hb = executor.Heartbeater("t:1:hb", beat_executor=False)
+    hb = heartbeat.Heartbeater("t:1:hb", beat_executor=False)
     ctx = FakeCtx(FakeLease(granted_at=100.0))  # claimed at 100, attempt started at 102
     hb.add(ctx)  # type: ignore[arg-type]
     rig["clock"].t = 103.4  # 3.4 s after the claim: a renewal is due (every 3.33 s)
@@ -71,7 +78,7 @@ def test_the_first_renewal_counts_from_when_the_claim_was_sent(rig: dict[str, An
 
 
 def test_a_slow_reply_does_not_extend_the_self_fence(rig: dict[str, Any]) -> None:
-    hb = executor.Heartbeater("t:1:hb", beat_executor=False)
+    hb = heartbeat.Heartbeater("t:1:hb", beat_executor=False)
     ctx = FakeCtx(FakeLease(granted_at=100.0))
     hb.add(ctx)  # type: ignore[arg-type]
     rig["clock"].t, rig["took"] = 103.4, 4.0
@@ -87,7 +94,7 @@ def test_a_slow_reply_does_not_extend_the_self_fence(rig: dict[str, Any]) -> Non
 
 
 def test_a_late_renewal_is_recorded_once_until_one_lands(rig: dict[str, Any]) -> None:
-    hb = executor.Heartbeater("t:1:hb", beat_executor=False)
+    hb = heartbeat.Heartbeater("t:1:hb", beat_executor=False)
     ctx = FakeCtx(FakeLease(granted_at=100.0))
     hb.add(ctx)  # type: ignore[arg-type]
     rig["fail"] = True

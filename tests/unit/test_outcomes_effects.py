@@ -6,11 +6,10 @@ import random
 
 import pytest
 
-from scheduler_core import failpoints, states
-from scheduler_core.classify import FailureClass, classify
-from scheduler_core.exceptions import Indeterminate, Transient
-from scheduler_core.modes import GUARANTEES, EffectMode
-from scheduler_core.outcomes import (
+from scheduler_core.domain import states
+from scheduler_core.domain.classify import FailureClass, classify
+from scheduler_core.domain.modes import GUARANTEES, EffectMode
+from scheduler_core.domain.outcomes import (
     Kind,
     Reconciliation,
     Situation,
@@ -19,7 +18,9 @@ from scheduler_core.outcomes import (
     after_reconcile,
     after_reconcile_error,
 )
-from scheduler_core.retry import RetryPolicy
+from scheduler_core.domain.retry import RetryPolicy
+from scheduler_core.exceptions import Indeterminate, Transient
+from verifier import failpoints
 
 POLICY = RetryPolicy(base=0.1, cap=1.0)
 
@@ -257,7 +258,7 @@ def test_the_reconcilable_guarantee_says_the_lookup_must_fence_out_older_request
 
 
 def test_the_documented_maintenance_backoff_cap_is_the_codes() -> None:
-    from scheduler_core.maintenance import BACKOFF_CAP_SECONDS
+    from scheduler_core.services.maintenance import BACKOFF_CAP_SECONDS
 
     with open("docs/reliability.md", encoding="utf-8") as f:
         doc = f.read()

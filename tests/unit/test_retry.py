@@ -7,11 +7,17 @@ import random
 
 import pytest
 
-from scheduler_core import states
-from scheduler_core.classify import FailureClass
-from scheduler_core.modes import EffectMode
-from scheduler_core.outcomes import Kind, Situation, after_abandon, after_failure, after_snooze
-from scheduler_core.retry import RetryPolicy, snooze_delay
+from scheduler_core.domain import states
+from scheduler_core.domain.classify import FailureClass
+from scheduler_core.domain.modes import EffectMode
+from scheduler_core.domain.outcomes import (
+    Kind,
+    Situation,
+    after_abandon,
+    after_failure,
+    after_snooze,
+)
+from scheduler_core.domain.retry import RetryPolicy, snooze_delay
 
 NOW = dt.datetime(2030, 6, 1, 12, 0, tzinfo=dt.UTC)
 

@@ -10,7 +10,7 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from scheduler_core import job
-from scheduler_core.schedules import ScheduleSpec, first_fire_at, occurrence_key, plan
+from scheduler_core.domain.schedules import ScheduleSpec, first_fire_at, occurrence_key, plan
 
 UTC = dt.UTC
 BERLIN = ZoneInfo("Europe/Berlin")

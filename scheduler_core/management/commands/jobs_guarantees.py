@@ -1,5 +1,5 @@
 """``manage.py jobs_guarantees [--json]``: each registered job type's effect mode and the
-guarantee that mode gives (from :data:`scheduler_core.modes.GUARANTEES`)."""
+guarantee that mode gives (from :data:`scheduler_core.domain.modes.GUARANTEES`)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from scheduler_core import registry
-from scheduler_core.modes import GUARANTEES
+from scheduler_core.api import registry
+from scheduler_core.domain.modes import GUARANTEES
 
 
 def guarantees() -> list[dict[str, Any]]:

@@ -7,7 +7,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from scheduler_core import health
+from scheduler_core.read import health
 
 
 class Command(BaseCommand):

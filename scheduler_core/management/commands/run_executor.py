@@ -6,7 +6,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from scheduler_core.executor import Worker
+from scheduler_core.runtime.worker import Worker
 
 
 class Command(BaseCommand):

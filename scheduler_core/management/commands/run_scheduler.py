@@ -6,7 +6,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from scheduler_core.maintenance import Maintenance
+from scheduler_core.services.maintenance import Maintenance
 
 
 class Command(BaseCommand):

@@ -1,0 +1,110 @@
+"""The job lifecycle: states and the only transitions between them.
+
+::
+
+    waiting --claim--> leased --complete--> succeeded
+       ^                 |  \\--permanent / attempts exhausted--> failed
+       |--retry----------|   \\--ambiguous effect, no safe retry--> indeterminate
+       |--lease expired, retry is safe (reaper)
+    leased --lease expired, effect intended but not settled--> indeterminate
+    waiting | failed | indeterminate --operator--> cancelled | waiting | succeeded
+
+This module is pure: it names the states and transitions and answers whether a transition
+applies to a state. ``scheduler_core.storage`` is the only module that writes ``Job.state``, and
+every write it makes names one of these transitions, whose source states become the write's
+``WHERE state IN (...)`` guard.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+
+class State(enum.StrEnum):
+    """A job's lifecycle state (``Job.state``)."""
+
+    WAITING = "waiting"
+    LEASED = "leased"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    INDETERMINATE = "indeterminate"
+    CANCELLED = "cancelled"
+
+
+TERMINAL: frozenset[State] = frozenset({State.SUCCEEDED, State.FAILED, State.CANCELLED})
+"""States no executor ever leaves; only an audited operator action moves a failed job."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Transition:
+    """One edge of the lifecycle: its name, the states it may leave and the state it enters."""
+
+    name: str
+    sources: frozenset[State]
+    target: State
+    fenced: bool
+    """True when the write is made on behalf of an attempt and must carry its fence."""
+    operator: bool = False
+    """True when only an audited operator action may make it."""
+
+    def applies_to(self, state: State | str) -> bool:
+        """Whether a job in ``state`` may take this transition."""
+        return State(state) in self.sources
+
+
+def _t(
+    name: str, sources: set[State], target: State, *, fenced: bool, operator: bool = False
+) -> Transition:
+    return Transition(
+        name=name, sources=frozenset(sources), target=target, fenced=fenced, operator=operator
+    )
+
+
+W, L, S, F, I, C = (  # noqa: E741 - single letters keep the table readable
+    State.WAITING,
+    State.LEASED,
+    State.SUCCEEDED,
+    State.FAILED,
+    State.INDETERMINATE,
+    State.CANCELLED,
+)
+
+CLAIM = _t("claim", {W}, L, fenced=False)
+COMPLETE = _t("complete", {L}, S, fenced=True)
+RETRY = _t("retry", {L}, W, fenced=True)
+FAIL = _t("fail", {L}, F, fenced=True)
+PARK = _t("park", {L}, I, fenced=True)
+RELEASE = _t("release", {L}, W, fenced=True)
+REAP_RETRY = _t("reap_retry", {L}, W, fenced=True)
+REAP_FAIL = _t("reap_fail", {L}, F, fenced=True)
+REAP_PARK = _t("reap_park", {L}, I, fenced=True)
+OP_RETRY = _t("operator_retry", {F, I}, W, fenced=False, operator=True)
+OP_CANCEL = _t("operator_cancel", {W, F, I}, C, fenced=False, operator=True)
+OP_RESOLVE = _t("operator_resolve", {F, I}, S, fenced=False, operator=True)
+OP_GIVE_UP = _t("operator_give_up", {I}, F, fenced=False, operator=True)
+
+TRANSITIONS: tuple[Transition, ...] = (
+    CLAIM,
+    COMPLETE,
+    RETRY,
+    FAIL,
+    PARK,
+    RELEASE,
+    REAP_RETRY,
+    REAP_FAIL,
+    REAP_PARK,
+    OP_RETRY,
+    OP_CANCEL,
+    OP_RESOLVE,
+    OP_GIVE_UP,
+)
+BY_NAME: dict[str, Transition] = {t.name: t for t in TRANSITIONS}
+
+
+def allowed(source: State | str, target: State | str) -> bool:
+    """Whether any transition leads from ``source`` to ``target``."""
+    return any(t.applies_to(source) and t.target == State(target) for t in TRANSITIONS)
+
+
+STATE_CHOICES = [(s.value, s.value) for s in State]

@@ -1,0 +1,2 @@
+"""The read side: health categories and counts, what the database holds back, Prometheus
+figures."""

@@ -1,0 +1,187 @@
+"""Prometheus figures: this process's counters, and the whole system's read from the database.
+
+Two kinds of figure, kept apart by name:
+
+* **In-process** (``tenure_claimed_total``, ``tenure_attempt_duration_seconds``,
+  ``tenure_claim_latency_seconds``, ``tenure_stale_writes_refused_total``,
+  ``tenure_leases_reaped_total``): what *this* process did. Executors and schedulers update
+  them; a process that serves ``/metrics`` shows its own.
+* **From the database** (:class:`DatabaseCollector`, computed at each scrape, so any web
+  process shows the whole system): ``tenure_jobs{state}``, ``tenure_jobs_health{category}``,
+  ``tenure_executors_alive``, ``tenure_db_stale_writes_refused_total{write}``,
+  ``tenure_db_leases_reaped_total``, and gauge histograms over the last hour
+  ``tenure_db_attempt_duration_seconds`` and ``tenure_db_claim_latency_seconds``.
+  ``tenure_db_up`` is 0 when the database could not be read.
+
+The database figures are read through :mod:`scheduler_core.read.health`.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+from collections.abc import Iterable, Iterator, Sequence
+
+from django.db import DatabaseError
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeHistogramMetricFamily,
+    GaugeMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector
+
+from ..storage.base import Lease
+from . import health
+
+log = logging.getLogger("tenure.metrics")
+
+DURATION_BUCKETS = (0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300)
+LATENCY_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 3600)
+
+CLAIMED = Counter("tenure_claimed_total", "Jobs claimed by this process")
+STALE = Counter("tenure_stale_writes_refused_total", "Stale attempt writes refused", ["write"])
+ATTEMPT_SECONDS = Histogram(
+    "tenure_attempt_duration_seconds", "Attempt durations", ["job"], buckets=DURATION_BUCKETS
+)
+CLAIM_LATENCY = Histogram(
+    "tenure_claim_latency_seconds",
+    "Time from a job's due time to its claim by this process (database clock)",
+    buckets=LATENCY_BUCKETS,
+)
+REAPED = Counter("tenure_leases_reaped_total", "Expired leases moved on", ["transition"])
+
+
+def claimed(leases: Sequence[Lease]) -> None:
+    """Count claims that committed, and each one's latency: its job's due time to its claim,
+    both by the database's clock."""
+    if not leases:
+        return
+    CLAIMED.inc(len(leases))
+    for lease in leases:
+        if lease.due_at is not None and lease.claimed_at is not None:
+            claim_latency((lease.claimed_at - lease.due_at).total_seconds())
+
+
+def stale_refused(write: str) -> None:
+    """Count one refused stale write of kind ``write``."""
+    STALE.labels(write=write).inc()
+
+
+def attempt_finished(job: str, seconds: float) -> None:
+    """Observe one attempt's duration."""
+    ATTEMPT_SECONDS.labels(job=job).observe(seconds)
+
+
+def claim_latency(seconds: float) -> None:
+    """Observe one claim's latency: seconds from the job's due time to its claim."""
+    CLAIM_LATENCY.observe(max(0.0, seconds))
+
+
+def reaped(transition: str, n: int) -> None:
+    """Count ``n`` reaped leases by the transition they took."""
+    REAPED.labels(transition=transition).inc(n)
+
+
+def _gauge_histogram(
+    name: str, doc: str, values: Sequence[float], buckets: Iterable[float]
+) -> GaugeHistogramMetricFamily:
+    """A gauge histogram (cumulative buckets) of ``values``."""
+    ordered = sorted(values)
+    rows = [(str(float(b)), bisect.bisect_right(ordered, b)) for b in buckets]
+    rows.append(("+Inf", len(ordered)))
+    return GaugeHistogramMetricFamily(name, doc, buckets=rows, gsum_value=sum(ordered))
+
+
+class DatabaseCollector(Collector):
+    """Reads the system-wide figures from the database at each scrape."""
+
+    def collect(self) -> Iterator[Metric]:
+        up = GaugeMetricFamily("tenure_db_up", "1 when the database could be read at scrape")
+        try:
+            figures = list(self._figures())
+        except DatabaseError as e:
+            log.warning("metrics: could not read the database: %s", e)
+            up.add_metric([], 0)
+            yield up
+            return
+        up.add_metric([], 1)
+        yield up
+        yield from figures
+
+    @staticmethod
+    def _figures() -> Iterator[Metric]:
+
+        states = GaugeMetricFamily("tenure_jobs", "Jobs by lifecycle state", labels=["state"])
+        for state, n in health.state_counts().items():
+            states.add_metric([state], n)
+        yield states
+        cats = GaugeMetricFamily(
+            "tenure_jobs_health", "Jobs by derived health category", labels=["category"]
+        )
+        for category, n in health.health_counts().items():
+            cats.add_metric([category], n)
+        yield cats
+        alive = GaugeMetricFamily("tenure_executors_alive", "Executors with a fresh heartbeat")
+        alive.add_metric([], len(health.executors()))
+        yield alive
+        stale = CounterMetricFamily(
+            "tenure_db_stale_writes_refused",
+            "Stale attempt writes refused, as recorded by every executor",
+            labels=["write"],
+        )
+        for write, n in sorted(health.stale_writes()["by_write"].items()):
+            stale.add_metric([write], n)
+        yield stale
+        reaped_total = CounterMetricFamily(
+            "tenure_db_leases_reaped", "Attempts ended because their lease expired"
+        )
+        reaped_total.add_metric([], health.leases_reaped())
+        yield reaped_total
+        pressure = health.database_pressure()
+        if pressure is not None:
+            snap = GaugeMetricFamily(
+                "tenure_db_oldest_snapshot_seconds",
+                "Age of the oldest transaction holding a snapshot in this database",
+            )
+            snap.add_metric([], pressure["oldest_snapshot_seconds"])
+            yield snap
+            dead = GaugeMetricFamily(
+                "tenure_db_job_dead_rows", "Dead rows in the job table vacuum has not removed"
+            )
+            dead.add_metric([], pressure["job_dead_rows"])
+            yield dead
+            held = GaugeMetricFamily(
+                "tenure_db_held_back",
+                "1 when an old snapshot keeps dead rows of the job table from being removed",
+            )
+            held.add_metric([], 1 if pressure["held_back"] else 0)
+            yield held
+        yield _gauge_histogram(
+            "tenure_db_attempt_duration_seconds",
+            "Durations of attempts that finished in the last hour",
+            health.recent_attempt_durations(),
+            DURATION_BUCKETS,
+        )
+        yield _gauge_histogram(
+            "tenure_db_claim_latency_seconds",
+            "Due time to claim of claims made in the last hour (database clock)",
+            health.recent_claim_latencies(),
+            LATENCY_BUCKETS,
+        )
+
+
+class _ProcessCollector(Collector):
+    """This process's own figures (the default registry)."""
+
+    def collect(self) -> Iterator[Metric]:
+        yield from REGISTRY.collect()
+
+
+def exposition_registry() -> CollectorRegistry:
+    """A registry holding this process's figures and the database's, for ``/metrics``."""
+    reg = CollectorRegistry(auto_describe=False)
+    reg.register(_ProcessCollector())
+    reg.register(DatabaseCollector())
+    return reg

@@ -1,0 +1,303 @@
+"""One claimed attempt, end to end: the handler (or the reconcile lookup) under the job's
+effect mode, its completion or failure decided by the job type's policy
+(:mod:`scheduler_core.api.policy`) and written through the storage driver, and the release of
+an attempt given up unfinished. Every transport ends here: the broker-less worker, the Celery
+and RQ adapters all call :func:`run_lease`."""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import random
+import time
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+import scheduler_core.hooks as hooks
+
+from ..api import policy, registry
+from ..conf import tenure_settings
+from ..domain import outcomes, states
+from ..domain.classify import PayloadMismatch, classify, retry_after_of
+from ..domain.modes import EffectMode
+from ..domain.outcomes import Decision, Kind, Reconciliation, Situation
+from ..exceptions import Snooze, StaleAttempt
+from ..read import metrics
+from ..storage.base import Failure, Lease
+from ..storage.drivers import driver
+from .completion import NextClaim, complete_read_back
+from .context import JobContext
+from .heartbeat import Heartbeater
+
+log = logging.getLogger("tenure.executor")
+
+
+def _outcome_label(decision: Decision) -> str:
+    target = decision.transition.target
+    if target == states.State.WAITING:
+        return "retried" if decision.spend_attempt else "snoozed"
+    return str(target.value)
+
+
+def run_lease(
+    lease: Lease,
+    *,
+    heartbeater: Heartbeater | None = None,
+    rng: random.Random | None = None,
+    next_claim: NextClaim | None = None,
+    defer: Callable[[JobContext], bool] | None = None,
+) -> str:
+    """Run one claimed attempt and record its end through the write seam.
+
+    Returns the attempt's outcome (``succeeded``, ``retried``, ``failed``, ``indeterminate``,
+    ``snoozed`` or ``stale``). A refused write stops the attempt; nothing more is written for
+    it and the refusal is recorded. With ``next_claim``, a successful attempt's completion
+    transaction also claims the executor's next job (see :class:`NextClaim`). With ``defer``,
+    a successful attempt of a job that is not ``transactional`` is handed to ``defer`` instead
+    of being completed; when it accepts, the outcome is ``deferred``: the caller writes the
+    completion later (:mod:`scheduler_core.runtime.chain`) and the attempt stays in ``heartbeater``.
+    """
+    rng = rng or random.Random()
+    ctx = JobContext(lease)
+    jt = registry.get(lease.name)
+    if heartbeater is not None:
+        heartbeater.add(ctx)
+    started = time.monotonic()
+    outcome = ""
+    try:
+        hooks.failpoint("after_claim")
+        if jt is None:
+            outcome = _park_unregistered(ctx)
+        elif lease.kind == outcomes.Kind.RECONCILE:
+            outcome = _reconcile(ctx, jt, rng)
+        else:
+            outcome = _run(ctx, jt, rng, next_claim, defer)
+    except StaleAttempt as e:
+        metrics.stale_refused(e.write)
+        driver().record_stale(e, lease.executor)
+        outcome = "stale"
+    finally:
+        metrics.attempt_finished(lease.name, time.monotonic() - started)
+        # A deferred completion keeps its lease renewed until it is written.
+        if heartbeater is not None and outcome != "deferred":
+            heartbeater.remove(ctx)
+    return outcome
+
+
+def _handler(jt: registry.JobType, kind: str) -> Callable[..., Any]:
+    """The function an attempt of ``kind`` calls: the fallback for a ``fallback`` attempt."""
+    if kind == outcomes.Kind.FALLBACK and jt.fallback is not None:
+        return jt.fallback
+    return jt.func
+
+
+def _run(
+    ctx: JobContext,
+    jt: registry.JobType,
+    rng: random.Random,
+    nxt: NextClaim | None = None,
+    defer: Callable[[JobContext], bool] | None = None,
+) -> str:
+    lease = ctx.lease
+    handler = _handler(jt, lease.kind)
+    try:
+        try:
+            inspect.signature(handler).bind(ctx, **lease.payload)
+        except TypeError as e:
+            raise PayloadMismatch(str(e)) from None
+        if jt.effect == EffectMode.TRANSACTIONAL:
+            # The handler's writes, its ledger rows and the fenced completion commit together;
+            # a refused completion rolls all of them back. Not retried here: the handler's
+            # writes would have to be made again, which is the next attempt's job.
+            def commit_all() -> None:
+                driver().limit_handler_idle()
+                handler(ctx, **lease.payload)
+                hooks.failpoint("before_complete")
+                driver().complete(lease)
+                if nxt is not None:
+                    nxt.claim_in_transaction()
+
+            complete_read_back(lease, commit_all, tries=1)
+        else:
+            handler(ctx, **lease.payload)
+            hooks.failpoint("before_complete")
+            if defer is not None and defer(ctx):
+                return "deferred"
+
+            def complete() -> int | None:
+                if nxt is not None:
+                    return nxt.complete_and_claim(lease)
+                return driver().complete(lease)
+
+            complete_read_back(lease, complete, xid_from_fn=True)
+        if nxt is not None:
+            nxt.committed()
+        return "succeeded"
+    except StaleAttempt:
+        raise
+    except Snooze as s:
+        if ctx.ambiguous:
+            # An effect's outcome became unknown in this attempt: waiting would not settle
+            # it, so the mode's rule for an ambiguous outcome applies.
+            return _end_with_error(ctx, jt, s, rng)
+        decision = outcomes.after_snooze(_situation(ctx, jt), s.seconds, policy=jt.retry_policy)
+        driver().finish(lease, decision, outcome=_outcome_label(decision))
+        return _outcome_label(decision)
+    except Exception as exc:
+        # EffectsUnsettled (the completion refused while the ledger holds an effect that may
+        # or may not have happened) lands here too: an Indeterminate, never a success.
+        return _end_with_error(ctx, jt, exc, rng)
+
+
+def _park_unregistered(ctx: JobContext) -> str:
+    """No handler is registered for the job here: fail closed, park it for an operator."""
+    decision = outcomes.unregistered(ctx.lease.name)
+    failure = Failure(
+        error_class="",
+        error_type="",
+        message=f"no handler registered as {ctx.lease.name!r} in this process",
+    )
+    log.warning("job %s: %s", ctx.job_id, decision.reason)
+    driver().finish(ctx.lease, decision, outcome=_outcome_label(decision), failure=failure)
+    return _outcome_label(decision)
+
+
+def end_with_error(ctx: JobContext, exc: BaseException, *, rng: random.Random | None = None) -> str:
+    """End ``ctx``'s attempt as a failure with ``exc`` (classified, then decided by the job's
+    policy and effect mode) through the write seam; returns the attempt's outcome.
+
+    For code that runs attempts outside :func:`run_lease` (:mod:`scheduler_core.runtime.chain`, whose
+    deferred completion the database may refuse with
+    :class:`~scheduler_core.exceptions.EffectsUnsettled`).
+    """
+    jt = registry.get(ctx.lease.name)
+    if jt is None:
+        return _park_unregistered(ctx)
+    return _end_with_error(ctx, jt, exc, rng or random.Random())
+
+
+def _end_with_error(
+    ctx: JobContext, jt: registry.JobType, exc: BaseException, rng: random.Random
+) -> str:
+    lease = ctx.lease
+    failure_class = classify(
+        exc,
+        retry_on=jt.retry_on,
+        permanent_on=jt.permanent_on,
+        in_effect=ctx.ambiguous,
+    )
+    policy = jt.retry_policy
+    situation = _situation(ctx, jt)
+    decision = outcomes.after_failure(
+        situation,
+        failure_class,
+        policy=policy,
+        rng=rng,
+        message=str(exc)[:500],
+        retry_after=retry_after_of(exc),
+        in_flight_grace=tenure_settings().REAP_GRACE_SECONDS,
+    )
+    failure = Failure(
+        error_class=failure_class.value,
+        error_type=f"{type(exc).__module__}.{type(exc).__qualname__}",
+        message=str(exc),
+        traceback="".join(traceback.format_exception(exc)),
+    )
+    log.info(
+        "job %s (%s) attempt %s: %s %s -> %s",
+        lease.job_id,
+        lease.name,
+        lease.attempt,
+        failure_class.value,
+        failure.error_type,
+        decision.transition.target.value,
+    )
+    driver().finish(lease, decision, outcome=_outcome_label(decision), failure=failure)
+    return _outcome_label(decision)
+
+
+def _situation(ctx: JobContext, jt: registry.JobType) -> Situation:
+    return policy.situation(jt, ctx.lease, now=driver().now(), ambiguous=ctx.ambiguous)
+
+
+# Attempt outcomes of a reconcile attempt (the column holds 20 characters).
+_RECONCILED = {
+    Reconciliation.APPLIED: "reconciled_applied",
+    Reconciliation.NOT_APPLIED: "reconciled_unapplied",
+    Reconciliation.UNKNOWN: "reconciled_unknown",
+}
+
+
+def _reconcile(ctx: JobContext, jt: registry.JobType, rng: random.Random) -> str:
+    """Ask the destination what happened to the job's effect; never re-run blindly."""
+    lease = ctx.lease
+    if jt.reconcile is None:
+        decision = outcomes.after_reconcile(Reconciliation.UNKNOWN)
+        driver().finish(lease, decision, outcome="reconciled_unknown")
+        return "indeterminate"
+    try:
+        answer = Reconciliation(jt.reconcile(ctx, **lease.payload))
+    except StaleAttempt:
+        raise
+    except Exception as exc:
+        log.warning("job %s: reconcile failed: %s", lease.job_id, exc)
+        return _reconcile_failed(ctx, jt, exc, rng)
+    # The ledger's answer and the job's transition commit together.
+    with driver().atomic():
+        driver().reconciled(lease, answer)
+        decision = outcomes.after_reconcile(answer)
+        driver().finish(lease, decision, outcome=_RECONCILED[answer])
+    return _outcome_label(decision)
+
+
+def _reconcile_failed(
+    ctx: JobContext, jt: registry.JobType, exc: BaseException, rng: random.Random
+) -> str:
+    """A lookup that raised: ask again later if the error was transient, else park."""
+    lease = ctx.lease
+    failure_class = classify(exc, retry_on=jt.retry_on, permanent_on=jt.permanent_on)
+    decision = outcomes.after_reconcile_error(
+        _situation(ctx, jt),
+        failure_class,
+        policy=jt.retry_policy,
+        rng=rng,
+        message=str(exc)[:500],
+        retry_after=getattr(exc, "retry_after", None),
+    )
+    failure = Failure(
+        error_class=failure_class.value,
+        error_type=f"{type(exc).__module__}.{type(exc).__qualname__}",
+        message=str(exc),
+        traceback="".join(traceback.format_exception(exc)),
+    )
+    driver().finish(lease, decision, outcome=_outcome_label(decision), failure=failure)
+    return _outcome_label(decision)
+
+
+def release(lease: Lease, *, why: str = "executor shutting down") -> None:
+    """Give an unfinished attempt back (graceful shutdown), fenced.
+
+    With no unsettled effect the job waits again at once and the attempt is not spent; with
+    one, the mode's rule for an ambiguous outcome applies, as it would after lease expiry (a
+    job whose type is not registered here is parked).
+    """
+    d = driver()
+    if d.leased_job(lease) is None:
+        raise StaleAttempt(lease.job_id, lease.fence, states.RELEASE.name)
+    now = d.now()
+    jt = registry.get(lease.name)
+    if jt is not None and not policy.situation(jt, lease, now=now).unsettled_effect:
+        decision = Decision(
+            transition=states.RELEASE, reason=why, spend_attempt=False, next_kind=Kind(lease.kind)
+        )
+    else:
+        # A live executor gives the attempt up: a request it sent may still be in flight.
+        decision = policy.abandoned(
+            lease,
+            now=now,
+            why=why,
+            rng=random.Random(),
+            in_flight_grace=tenure_settings().REAP_GRACE_SECONDS,
+        )
+    d.finish(lease, decision, outcome="released")

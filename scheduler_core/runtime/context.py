@@ -1,0 +1,157 @@
+"""What a handler sees: ``ctx`` with the work identity, the attempt and the effect ledger."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from types import TracebackType
+
+import scheduler_core.hooks as hooks
+
+from ..domain.classify import is_ambiguous_in_flight, is_refused_before_send
+from ..exceptions import Permanent, Snooze, StaleAttempt, Transient
+from ..models import Effect
+from ..storage.base import Lease
+from ..storage.drivers import driver
+
+log = logging.getLogger("tenure.context")
+
+
+class JobContext:
+    """The handler's view of its attempt.
+
+    ``ctx.job_id`` is the work identity, ``ctx.attempt`` the attempt number (from 1) and
+    ``ctx.fence`` the fencing token this attempt holds. ``ctx.effect(name)`` opens a fenced
+    effect record (see :class:`EffectScope`).
+    """
+
+    def __init__(self, lease: Lease) -> None:
+        self.lease = lease
+        self.job_id = lease.job_id
+        self.attempt = lease.attempt
+        self.fence = lease.fence
+        self.kind = lease.kind
+        self.name = lease.name
+        self.payload = lease.payload
+        self._lost = threading.Event()
+        self.lost_reason = ""
+        self.ambiguous = False
+        """True once an effect ended with its outcome unknown in this attempt."""
+
+    @property
+    def lost(self) -> bool:
+        """Whether this attempt has lost (or can no longer prove) ownership of the job."""
+        return self._lost.is_set()
+
+    def mark_lost(self, reason: str) -> None:
+        """Called by the heartbeat when the lease was refused or could not be renewed."""
+        if not self._lost.is_set():
+            self.lost_reason = reason
+            self._lost.set()
+            log.warning("job %s fence %s: attempt lost (%s)", self.job_id, self.fence, reason)
+
+    def check(self, write: str = "check") -> None:
+        """Raise :class:`StaleAttempt` if the attempt has lost its lease (cheap, no query).
+
+        ``write`` names what the caller was about to write, for the refusal's record.
+        """
+        if self.lost:
+            raise StaleAttempt(self.job_id, self.fence, write)
+
+    def effect(self, name: str) -> EffectScope:
+        """A fenced effect record: ``with ctx.effect("charge") as eff: ...``."""
+        if not name or len(name) > 100:
+            raise ValueError("effect name must be 1..100 characters")
+        return EffectScope(self, name)
+
+    def effect_key(self, name: str) -> str:
+        """The key of effect ``name`` of this job, without recording anything.
+
+        The same in every attempt: a reconcile function uses it to ask the destination what
+        became of the effect a run attempt started.
+        """
+        return driver().effect_key(self.job_id, name)
+
+
+class EffectScope:
+    """Context manager around one business effect.
+
+    On entry it records the intent (a fenced write refused once the attempt is stale or its
+    lease expired by the database's clock). ``eff.key`` is derived from the installation, the
+    job and the effect's name — the same for every retry, reconcile attempt, operator retry and fallback —
+    and ``eff.fence`` is the fencing token to pass to the destination. ``eff.done`` is true
+    when the ledger already records the effect applied (skip the call then). On a normal exit
+    the effect is recorded ``applied``; on an exception it is recorded ``not_applied`` when
+    the error says nothing was sent (``Transient``, ``Permanent``, a refused connection) and
+    ``unknown`` otherwise. A handler that learns from the destination that its fencing token
+    is stale raises :class:`StaleAttempt`: nothing more is written for the attempt.
+
+    In a ``transactional`` job the scope runs inside the job's transaction: the ledger row is
+    written ``applied`` on exit and commits with the completion, or rolls back with it.
+    """
+
+    def __init__(self, ctx: JobContext, name: str) -> None:
+        self.ctx = ctx
+        self.name = name
+        self.key = ""
+        """The effect's key, known once the scope is entered (the ledger row holds it)."""
+        self.fence = ctx.fence
+        self.done = False
+        self.destination_ref = ""
+        self.note = ""
+
+    def __enter__(self) -> EffectScope:
+        self.ctx.check("effect_intent")
+        row = driver().effect_intend(self.ctx.lease, self.name)
+        self.key = row.key
+        self.done = row.state == Effect.APPLIED
+        if not self.done:
+            hooks.failpoint("before_effect")
+        return self
+
+    def applied(self, destination_ref: str = "", note: str = "") -> None:
+        """Attach the destination's reference (for example its charge id) to the record."""
+        self.destination_ref = destination_ref
+        self.note = note
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self.done:
+            return
+        if exc is None:
+            hooks.failpoint("after_effect")
+            driver().effect_settle(
+                self.ctx.lease,
+                self.key,
+                Effect.APPLIED,
+                destination_ref=self.destination_ref,
+                note=self.note,
+                name=self.name,
+            )
+            return
+        if isinstance(exc, StaleAttempt):
+            return
+        # The handler's own Transient/Permanent/Snooze assert nothing happened; otherwise the
+        # classifier's rule decides whether the request can have left (one rule, one place).
+        nothing_sent = isinstance(exc, Transient | Permanent | Snooze) or is_refused_before_send(
+            exc
+        )
+        state = Effect.NOT_APPLIED if nothing_sent else Effect.UNKNOWN
+        if state == Effect.UNKNOWN:
+            self.ctx.ambiguous = True
+        note = f"{type(exc).__name__}: {exc}"
+        if is_ambiguous_in_flight(exc):
+            note = f"may have reached the destination: {note}"
+        try:
+            # "Nothing sent" by this attempt does not erase an earlier unknown outcome: the
+            # ledger keeps the row unknown (the driver's effect_settle), and the job's decision then
+            # reads it (has_unsettled_effect).
+            driver().effect_settle(self.ctx.lease, self.key, state, note=note)
+        except StaleAttempt as stale:
+            driver().record_stale(stale, self.ctx.lease.executor)
+        except Exception:  # the original error matters more than the ledger note
+            log.exception("job %s: could not record effect outcome", self.ctx.job_id)

@@ -1,0 +1,51 @@
+"""Which driver speaks to Tenure's database: chosen once per database alias from the
+connection's vendor (``TENURE_DRIVER`` may name another class, for a deployment's own
+subclass), and the accessor every layer above storage uses, :func:`driver`."""
+
+from __future__ import annotations
+
+import threading
+
+from django.db import connections
+from django.utils.module_loading import import_string
+
+from ..conf import tenure_settings
+from .base import Driver
+from .postgres import PostgresDriver
+from .sqlite import SqliteDriver
+
+BY_VENDOR: dict[str, type[Driver]] = {"postgresql": PostgresDriver, "sqlite": SqliteDriver}
+"""The driver of each database Tenure supports, by Django's vendor name."""
+
+_drivers: dict[tuple[str, str], Driver] = {}
+_lock = threading.Lock()
+
+
+def driver(alias: str | None = None) -> Driver:
+    """The driver of ``alias`` (default: ``TENURE_DATABASE``), made once per process."""
+    s = tenure_settings()
+    alias = alias or s.DATABASE
+    key = (alias, s.DRIVER)
+    found = _drivers.get(key)
+    if found is not None:
+        return found
+    with _lock:
+        found = _drivers.get(key)
+        if found is None:
+            found = _drivers[key] = _make(alias, s.DRIVER)
+    return found
+
+
+def _make(alias: str, dotted: str) -> Driver:
+    if dotted:
+        cls = import_string(dotted)
+        if not (isinstance(cls, type) and issubclass(cls, Driver)):
+            raise TypeError(f"TENURE_DRIVER={dotted!r} is not a storage driver class")
+        return cls(alias)
+    vendor = connections[alias].vendor
+    try:
+        return BY_VENDOR[vendor](alias)
+    except KeyError:
+        raise NotImplementedError(
+            f"Tenure supports PostgreSQL and SQLite, not {vendor} (database {alias!r})"
+        ) from None

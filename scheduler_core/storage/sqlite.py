@@ -1,0 +1,193 @@
+"""SQLite's driver: the embedded default's claims, completions, enqueues and retention.
+
+Every write transaction begins ``IMMEDIATE`` (the connection's ``transaction_mode``), so it
+holds the database's one write lock from its first statement: a claim's conditional
+``UPDATE`` can never be overtaken between its read and its write, and claimers, completions
+and the reaper are serialised by SQLite itself (no ``SKIP LOCKED``, no transaction ids to read
+back, no notifications: executors poll). A reader holds no old row versions here (SQLite
+updates in place), so there are no claim floors to seek from.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from django.db import IntegrityError
+from django.db.models import Exists, OuterRef
+
+from ..domain import states
+from ..domain.outcomes import Decision
+from ..exceptions import EffectsUnsettled, StaleAttempt
+from ..models import Attempt, AuditEntry, Effect, EffectEvent, Job
+from .base import (
+    ATTEMPT_INSERT,
+    CLAIM_SET,
+    CLAIMED_JOB_COLUMNS,
+    PRUNABLE,
+    Driver,
+    Lease,
+    leases_from_rows,
+    named_rows,
+)
+from .clock import DbNow, to_datetime
+
+SQLITE_NOW = "strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now')"
+
+
+def claim_sql(*, by_id: bool, nqueues: int) -> str:
+    """The claim: one conditional ``UPDATE ... RETURNING`` of the due waiting jobs in the
+    claim's order (placeholders: the new owner, the job id or the queues, the limit)."""
+    expiry = "strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now', '+' || lease_seconds || ' seconds')"
+    deadline = "strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now', '+' || timeout_seconds || ' seconds')"
+    where = "id = %s" if by_id else f"queue IN ({', '.join(['%s'] * nqueues)})"
+    return f"""
+    UPDATE tenure_job SET {CLAIM_SET.format(t="", now=SQLITE_NOW, expiry=expiry, deadline=deadline)}
+    WHERE state = 'waiting' AND id IN (
+        SELECT id FROM tenure_job
+        WHERE state = 'waiting' AND {where} AND run_at <= {SQLITE_NOW}
+        ORDER BY priority DESC, run_at, id
+        LIMIT %s
+    )
+    RETURNING {", ".join(CLAIMED_JOB_COLUMNS)}
+    """
+
+
+class SqliteDriver(Driver):
+    """Tenure's operations on a SQLite database."""
+
+    vendor = "sqlite"
+    one_writer = True
+    now_sql = SQLITE_NOW
+
+    def claim(
+        self,
+        *,
+        executor: str,
+        queues: Sequence[str] = ("default",),
+        limit: int = 1,
+        job_id: int | None = None,
+    ) -> list[Lease]:
+        """The claim's ``UPDATE`` and the claimed jobs' Attempt rows, in one transaction."""
+        if limit < 1:
+            return []
+        by_id = job_id is not None
+        sql = claim_sql(by_id=by_id, nqueues=len(queues))
+        sent = time.monotonic()
+        # Placeholders in text order: the WHERE comes after the SET.
+        params: list[Any] = [executor, *([job_id] if by_id else queues), limit]
+        with self.atomic(), self.connection.cursor() as cur:
+            cur.execute(sql, params)
+            rows = named_rows(cur)
+            if not rows:
+                return []
+            marks = ", ".join(["%s"] * len(rows))
+            cur.execute(
+                f"{ATTEMPT_INSERT} FROM tenure_job WHERE id IN ({marks}) RETURNING id, job_id",
+                [r["id"] for r in rows],
+            )
+            attempt_of = {r["job_id"]: r["id"] for r in named_rows(cur)}
+        claimed = [{**r, "attempt_id": attempt_of[r["id"]]} for r in rows]
+        return leases_from_rows(claimed, executor=executor, sent=sent)
+
+    def complete(self, lease: Lease) -> int | None:
+        """:meth:`Driver.finish` with ``COMPLETE`` (no transaction id to return)."""
+        self.finish(lease, Decision(transition=states.COMPLETE), outcome="succeeded")
+        return None
+
+    def complete_many_and_claim(
+        self, leases: Sequence[Lease], *, executor: str, queues: Sequence[str], limit: int
+    ) -> tuple[int | None, set[int], list[Lease]]:
+        """Each completion, then the claim, in the caller's transaction (SQLite's one write
+        lock makes them one commit as surely as one statement would)."""
+        matched: set[int] = set()
+        for lease in leases:
+            try:
+                self.complete(lease)
+                matched.add(lease.job_id)
+            except (StaleAttempt, EffectsUnsettled):
+                pass  # left out; the caller asks why once the rest has committed
+        got = self.claim(executor=executor, queues=queues, limit=limit) if limit > 0 else []
+        return None, matched, got
+
+    def insert_job(self, fields: dict[str, Any]) -> Job | None:
+        """The ORM's insert; a taken ``unique_key`` is found by the unique index (a savepoint
+        keeps the caller's transaction usable)."""
+        values = {k: v for k, v in fields.items() if k != "hinted"}
+        values.update(
+            run_at=values["run_at"] if values["run_at"] is not None else DbNow(),
+            state=states.State.WAITING,
+            created_at=DbNow(),
+            updated_at=DbNow(),
+            hinted_at=DbNow() if fields["hinted"] else None,
+        )
+        with self.atomic():
+            try:
+                with self.atomic():
+                    job = Job.objects.using(self.alias).create(**values)
+            except IntegrityError:
+                if fields["unique_key"] is None:
+                    raise
+                return None
+            job.refresh_from_db()
+        return job
+
+    def insert_jobs(
+        self, fields: dict[str, Any], payloads: Sequence[dict[str, Any]]
+    ) -> list[tuple[int, datetime]]:
+        hint = SQLITE_NOW if fields["hinted"] else "NULL"
+        sql = f"""
+            INSERT INTO tenure_job (name, queue, payload, priority, run_at, state, fence,
+                lease_owner, attempts, max_attempts, lease_seconds, timeout_seconds, effect,
+                next_kind, version, created_at, updated_at, hinted_at, last_error, reason)
+            SELECT %s, %s, json(p.value), %s, COALESCE(%s, {SQLITE_NOW}), 'waiting', 0, '', 0,
+                %s, %s, %s, %s, 'run', 1, {SQLITE_NOW}, {SQLITE_NOW}, {hint}, '', ''
+            FROM json_each(%s) AS p ORDER BY p.key
+            RETURNING id, run_at
+        """
+        run_at = fields["run_at"]
+        params = [
+            fields["name"],
+            fields["queue"],
+            fields["priority"],
+            self.connection.ops.adapt_datetimefield_value(run_at) if run_at is not None else None,
+            fields["max_attempts"],
+            fields["lease_seconds"],
+            fields["timeout_seconds"],
+            fields["effect"],
+            json.dumps(list(payloads), ensure_ascii=False, allow_nan=False),
+        ]
+        with self.atomic(), self.connection.cursor() as cur:
+            cur.execute(sql, params)
+            return sorted((int(i), to_datetime(at)) for i, at in cur.fetchall())
+
+    def prune_finished(self, state: str, older_than: float, *, limit: int = 1000) -> int:
+        """The jobs to delete, then their ledger history, ledger rows, attempts and the jobs,
+        in one transaction."""
+        if state not in PRUNABLE:
+            raise ValueError(f"only finished jobs are pruned, not {state!r}")
+        if older_than <= 0 or limit < 1:
+            return 0
+        with self.atomic():
+            ids = list(
+                Job.objects.using(self.alias)
+                .filter(state=state, updated_at__lt=DbNow(-older_than))
+                .exclude(
+                    pk__in=AuditEntry.objects.using(self.alias)
+                    .filter(job__isnull=False)
+                    .values("job")
+                )
+                .exclude(Exists(self.unsettled_of_job(OuterRef("pk"))))
+                .order_by("updated_at", "id")
+                .values_list("id", flat=True)[:limit]
+            )
+            if not ids:
+                return 0
+            EffectEvent.objects.using(self.alias).filter(effect__job_id__in=ids).delete()
+            Effect.objects.using(self.alias).filter(job_id__in=ids).delete()
+            Attempt.objects.using(self.alias).filter(job_id__in=ids).delete()
+            n, _ = Job.objects.using(self.alias).filter(pk__in=ids, state=state).delete()
+            return len(ids) if n else 0

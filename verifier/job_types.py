@@ -1,0 +1,371 @@
+"""The verifier's job types: one per effect mode, each against a demo destination, a job
+that falls back to a second destination keeping its own keys, and one that declares no
+maximum runtime.
+
+They make the same calls as the demo jobs (through :mod:`demo.clients`, with its failure
+classification) and add what fault injection needs: ``work`` seconds before the effect (so
+kills and pauses find attempts in flight, some longer than a lease), ``hold`` seconds after
+it and before the completion (a kill there leaves an effect done and unrecorded),
+``fail_first`` planned transient failures, a planned permanent failure, ``slow``: the
+destination applies the first attempt's request and answers only after the caller gave up,
+and ``hang``: the first attempt hangs past its maximum runtime.
+
+``chaos.fallback`` charges at the payment provider and falls back to the second provider,
+whose keys are its own (``fallback_shares_key=False``). Its payload says at which attempts the
+first provider answers 503 or refuses the connection (``a_down``, ``refuse``) and at which the
+second applies and then times out (``b_slow``), so a planned share of these jobs meets the
+first provider applying a charge and timing out, then turning the next attempt away: the case
+where only a sticky unknown outcome keeps the fallback from charging a second time. ``case``
+names the planned case (``FALLBACK_CASES`` in :mod:`.workload`) for the report.
+``chaos.untimed`` is the idempotent job without ``timeout``: the installation's
+``TENURE_DEFAULT_TIMEOUT_SECONDS`` (set by the verifier for its processes) ends its hung
+attempts.
+
+Loaded only where ``TENURE_JOB_MODULES`` names this module (the verifier's processes). The
+``sticky`` negative control's executors run the verifier's forgetful driver
+(:class:`verifier.drivers.Forgetful`).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+from demo import clients
+from demo.models import LedgerEntry
+from scheduler_core import Permanent, Transient, job
+from scheduler_core.api.registry import JobType
+from scheduler_core.runtime.context import JobContext
+
+from .broker import BROKER_QUEUE
+from .evidence import BROKER_SUFFIX
+from .plan import DOWN_URL_ENV
+
+LEASE = int(os.environ.get("TENURE_CHAOS_LEASE", "4"))
+UNTIMED_OPTIONS: dict[str, Any] = {
+    "max_attempts": 10,
+    "lease_seconds": LEASE,
+    "backoff_base": 0.2,
+    "backoff_cap": 2.0,
+}
+"""Options of a job type that declares no maximum runtime: the installation's default
+(``TENURE_DEFAULT_TIMEOUT_SECONDS``) applies."""
+OPTIONS: dict[str, Any] = {
+    **UNTIMED_OPTIONS,
+    # A hard maximum runtime: a hung handler's lease stops being renewed after it, so the
+    # job is rescued while the hung thread still lives (catalogue 8).
+    "timeout": 4 * LEASE,
+}
+FALLBACK_OPTIONS: dict[str, Any] = {**OPTIONS, "max_attempts": 6}
+"""Fewer attempts, so a job whose first provider stays away is parked within the run."""
+HANG_SECONDS = 6 * LEASE
+"""How long a hung first attempt sleeps before its effect: past the maximum runtime, declared
+or the installation's default (the verifier sets it to the same 4 leases)."""
+
+PLANNED_TRANSIENT = "planned transient failure"
+PLANNED_PERMANENT = "planned permanent failure"
+
+
+def _prelude(
+    ctx: JobContext, work: float, fail_first: int, permanent: bool, hang: bool = False
+) -> None:
+    if hang and ctx.attempt == 1:
+        # Hung, with the heartbeat thread alive: only the maximum runtime ends the lease; the
+        # effect after the sleep is then refused by the fence.
+        time.sleep(HANG_SECONDS)
+    if permanent:
+        raise Permanent(PLANNED_PERMANENT)
+    if ctx.attempt <= fail_first:
+        raise Transient(f"{PLANNED_TRANSIENT} {ctx.attempt} of {fail_first}")
+    if work > 0:
+        time.sleep(work)
+
+
+def _slow(ctx: JobContext, slow: bool, timeout: float) -> float:
+    """The destination's reply delay: past the caller's timeout on the first attempt only."""
+    return timeout + 1.0 if slow and ctx.attempt == 1 else 0.0
+
+
+@job(name="chaos.transactional", effect="transactional", **OPTIONS)
+def transactional(
+    ctx: JobContext,
+    *,
+    n: int,
+    work: float = 0.0,
+    hold: float = 0.0,
+    fail_first: int = 0,
+    permanent: bool = False,
+    slow: bool = False,
+    timeout: float = 1.5,
+    hang: bool = False,
+) -> None:
+    """Credit a ledger row in the job's own transaction."""
+    _prelude(ctx, work, fail_first, permanent, hang)
+    with ctx.effect("credit") as eff:
+        if not eff.done:
+            entry = LedgerEntry.objects.create(
+                account=f"chaos-{n}",
+                cents=100,
+                effect_key=eff.key,
+                job_id=ctx.job_id,
+                fence=ctx.fence,
+            )
+            eff.applied(destination_ref=f"ledger:{entry.pk}")
+    time.sleep(hold)
+
+
+@job(name="chaos.idempotent", effect="idempotent", **OPTIONS)
+def idempotent(
+    ctx: JobContext,
+    *,
+    n: int,
+    work: float = 0.0,
+    hold: float = 0.0,
+    fail_first: int = 0,
+    permanent: bool = False,
+    slow: bool = False,
+    timeout: float = 1.5,
+    hang: bool = False,
+) -> None:
+    """Charge at the provider under the effect key (idempotency key) and the fence."""
+    _prelude(ctx, work, fail_first, permanent, hang)
+    with ctx.effect("charge") as eff:
+        if not eff.done:
+            reply = clients.charge(
+                ctx,
+                key=eff.key,
+                fence=eff.fence,
+                body={"invoice_id": n, "cents": 100},
+                timeout=timeout,
+                slow_reply=_slow(ctx, slow, timeout),
+            )
+            eff.applied(destination_ref=str(reply.get("charge_id", "")))
+    time.sleep(hold)
+
+
+def _lookup(ctx: JobContext, **payload: Any) -> str:
+    """Reconcile: ask the provider whether this job's transfer was applied."""
+    timeout = payload.get("timeout", 1.5)
+    reply = clients.lookup(
+        ctx,
+        key=ctx.effect_key("transfer"),
+        fence=ctx.fence,
+        timeout=float(timeout) if isinstance(timeout, int | float) else 1.5,
+    )
+    status = reply.get("status")
+    return status if status in ("applied", "not_applied") else "unknown"
+
+
+@job(name="chaos.reconcilable", effect="reconcilable", reconcile=_lookup, **OPTIONS)
+def reconcilable(
+    ctx: JobContext,
+    *,
+    n: int,
+    work: float = 0.0,
+    hold: float = 0.0,
+    fail_first: int = 0,
+    permanent: bool = False,
+    slow: bool = False,
+    timeout: float = 1.5,
+    hang: bool = False,
+) -> None:
+    """Transfer at the provider's non-deduplicating endpoint; reconciled by lookup."""
+    _prelude(ctx, work, fail_first, permanent, hang)
+    with ctx.effect("transfer") as eff:
+        if not eff.done:
+            reply = clients.transfer(
+                ctx,
+                key=eff.key,
+                fence=eff.fence,
+                body={"invoice_id": n, "cents": 100},
+                timeout=timeout,
+                slow_reply=_slow(ctx, slow, timeout),
+            )
+            eff.applied(destination_ref=str(reply.get("charge_id", "")))
+    time.sleep(hold)
+
+
+def _mail(ctx: JobContext, n: int, slow: bool, timeout: float) -> None:
+    with ctx.effect("email") as eff:
+        if not eff.done:
+            message_id = clients.send_mail(
+                key=eff.key,
+                to=f"customer-{n}@example.test",
+                subject=f"chaos {n}",
+                text="Thank you.",
+                timeout=timeout,
+                slow_reply=_slow(ctx, slow, timeout),
+            )
+            eff.applied(destination_ref=message_id)
+
+
+@job(name="chaos.at_least_once", effect="at_least_once", **OPTIONS)
+def at_least_once(
+    ctx: JobContext,
+    *,
+    n: int,
+    work: float = 0.0,
+    hold: float = 0.0,
+    fail_first: int = 0,
+    permanent: bool = False,
+    slow: bool = False,
+    timeout: float = 1.5,
+    hang: bool = False,
+) -> None:
+    """Send one email; a repeat after an unknown outcome is possible and recorded."""
+    _prelude(ctx, work, fail_first, permanent, hang)
+    _mail(ctx, n, slow, timeout)
+    time.sleep(hold)
+
+
+@job(name="chaos.at_most_once", effect="at_most_once", **OPTIONS)
+def at_most_once(
+    ctx: JobContext,
+    *,
+    n: int,
+    work: float = 0.0,
+    hold: float = 0.0,
+    fail_first: int = 0,
+    permanent: bool = False,
+    slow: bool = False,
+    timeout: float = 1.5,
+    hang: bool = False,
+) -> None:
+    """Send one email at most once; an unknown outcome is parked for an operator."""
+    _prelude(ctx, work, fail_first, permanent, hang)
+    _mail(ctx, n, slow, timeout)
+    time.sleep(hold)
+
+
+# ---------------------------------------------------------------------------------------------
+# A fallback to a second provider that keeps its own keys
+# ---------------------------------------------------------------------------------------------
+
+
+def _attempts(value: list[int] | None) -> frozenset[int]:
+    return frozenset(value or ())
+
+
+def _primary_down(ctx: JobContext, a_down: list[int] | None, refuse: bool) -> tuple[bool, str]:
+    """Whether this attempt finds the first provider away: ``(answers 503, refusing address)``.
+    Without the verifier's refusing address a refused connection becomes a 503: either way
+    nothing is sent."""
+    if ctx.attempt not in _attempts(a_down):
+        return False, ""
+    down_url = os.environ.get(DOWN_URL_ENV, "")
+    if refuse and down_url:
+        return False, down_url
+    return True, ""
+
+
+def _second_provider(
+    ctx: JobContext,
+    *,
+    n: int,
+    work: float = 0.0,
+    hold: float = 0.0,
+    timeout: float = 1.5,
+    slow: bool = False,
+    a_down: list[int] | None = None,
+    refuse: bool = False,
+    b_slow: list[int] | None = None,
+    case: str = "",
+) -> None:
+    """The fallback: charge at the second provider, which deduplicates by its own keys only."""
+    if work > 0:
+        time.sleep(work)
+    with ctx.effect("charge") as eff:
+        if not eff.done:
+            reply = clients.second_charge(
+                ctx,
+                key=eff.key,
+                fence=eff.fence,
+                body={"invoice_id": n, "cents": 100},
+                timeout=timeout,
+                slow_reply=timeout + 1.0 if ctx.attempt in _attempts(b_slow) else 0.0,
+            )
+            eff.applied(destination_ref=str(reply.get("charge_id", "")))
+    time.sleep(hold)
+
+
+@job(
+    name="chaos.fallback",
+    effect="idempotent",
+    fallback=_second_provider,
+    fallback_shares_key=False,
+    **FALLBACK_OPTIONS,
+)
+def fallback_charge(
+    ctx: JobContext,
+    *,
+    n: int,
+    work: float = 0.0,
+    hold: float = 0.0,
+    timeout: float = 1.5,
+    slow: bool = False,
+    a_down: list[int] | None = None,
+    refuse: bool = False,
+    b_slow: list[int] | None = None,
+    case: str = "",
+) -> None:
+    """Charge at the payment provider; when it turns an attempt away with nothing applied,
+    the next attempt is the fallback (:func:`_second_provider`), unless an earlier outcome is
+    still unknown."""
+    if work > 0:
+        time.sleep(work)
+    unavailable, base_url = _primary_down(ctx, a_down, refuse)
+    with ctx.effect("charge") as eff:
+        if not eff.done:
+            reply = clients.charge(
+                ctx,
+                key=eff.key,
+                fence=eff.fence,
+                body={"invoice_id": n, "cents": 100},
+                timeout=timeout,
+                slow_reply=_slow(ctx, slow, timeout),
+                unavailable=unavailable,
+                base_url=base_url,
+            )
+            eff.applied(destination_ref=str(reply.get("charge_id", "")))
+    time.sleep(hold)
+
+
+# No ``timeout``: the installation's default maximum runtime ends its hung attempts.
+untimed = job(name="chaos.untimed", effect="idempotent", **UNTIMED_OPTIONS)(idempotent.func)
+
+
+@job(name="chaos.noop", queue="sweep", effect="transactional", max_attempts=3, lease_seconds=LEASE)
+def noop(ctx: JobContext, *, n: int = 0) -> None:
+    """Nothing: the broker sweep's real job, on a queue only the sweep's Celery worker serves."""
+
+
+# The broker twins are announced through the run's own Redis and run by its Celery workers,
+# never claimed by the broker-less executors (which serve ``default``).
+
+
+def _broker_twin(jt: JobType, options: dict[str, Any]) -> JobType:
+    """The same handler, effect mode, reconcile function and fallback as ``jt``, registered
+    with ``options`` (its own), on the broker queue."""
+    return job(
+        name=jt.name + BROKER_SUFFIX,
+        queue=BROKER_QUEUE,
+        effect=jt.effect.value,
+        reconcile=jt.reconcile,
+        fallback=jt.fallback,
+        fallback_shares_key=jt.fallback_shares_key,
+        **options,
+    )(jt.func)
+
+
+BROKER_TWINS = (
+    *(
+        _broker_twin(jt, OPTIONS)
+        for jt in (transactional, idempotent, reconcilable, at_least_once, at_most_once)
+    ),
+    _broker_twin(fallback_charge, FALLBACK_OPTIONS),
+    _broker_twin(untimed, UNTIMED_OPTIONS),
+)
+
+
+# ---------------------------------------------------------------------------------------------
