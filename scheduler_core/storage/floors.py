@@ -112,8 +112,10 @@ class ClaimFloors:
                     else:
                         took = [x.priority for x in leases if x.queue == q]
                         self._cut_off[q] = min(took) if took else None
-                elif short and q in self._cut_off:
-                    self._rescan.add(q)
+                        # The next claim discovers the priorities this read did not reach
+                        # before it seeks: seeking only from the floors it set would miss a
+                        # due job of a lower priority (an empty claim with work waiting).
+                        self._rescan.add(q)
             for key, due in oldest.items():
                 floor = due - margin
                 pin = self._pins.get(key)

@@ -280,12 +280,10 @@ def test_floors_follow_claims_and_wakeups_and_yield_to_a_full_read_when_due() ->
     ]
     fl.learn(["q"], [lease(0, t), lease(9, t)], limit=2, full=False, now=b + 1.5)
     assert fl.seeks(["q"], now=b + 1.5) == [("q", 0, t - margin), ("q", 9, t - margin)]
-    # A full read cut off by its limit may have left lower priorities unseen: once a claim
-    # from the floors comes up short, those below the lowest it took are discovered (not
-    # read again from the start).
+    # A full read cut off by its limit may have left lower priorities unseen: before the next
+    # claim seeks, those below the lowest it took are discovered (not read again from the
+    # start), so that claim cannot come back empty while a lower priority's job waits.
     fl.learn(["q"], [lease(9, t)], limit=1, full=True, now=b + 2.0)
-    assert fl.undiscovered(["q"]) == []  # not yet: the floors may still hold jobs
-    fl.learn(["q"], [], limit=1, full=False, now=b + 2.1)
     assert fl.undiscovered(["q"]) == [("q", 9)]
     assert fl.seeks(["q"], now=b + 2.2) != []  # still from the floors
     fl.discovered("q", [(3, t - dt.timedelta(minutes=1))])
@@ -373,17 +371,17 @@ def test_jobs_arriving_one_at_a_time_are_claimed_from_the_floors(claim_shapes: l
 def test_a_lower_priority_a_cut_off_full_read_did_not_reach_is_discovered(
     claim_shapes: list[str],
 ) -> None:
-    """Priorities 5 and 0 waiting; the first (full) read takes one job of priority 5. Once
-    priority 5 is drained, the short claim leads to a discovery of the priorities below 5, and
-    the priority-0 job is claimed next from the floors, without a read from the start."""
+    """Priorities 5 and 0 waiting; the first (full) read takes one job of priority 5 and is
+    cut off by its limit. Before the next claim seeks, the priorities below 5 are discovered,
+    so that claim takes the rest of priority 5 and then the priority-0 job from the floors,
+    without a read from the start (a claim of one after the cut-off read, the storage suite's
+    case, then finds the lower priority's job: it never comes back empty with work waiting)."""
     in_a.enqueue_many([{"n": i} for i in range(3)], priority=5)
     low = in_a.enqueue(n=99, priority=0)
     floors.FLOORS.forget()  # as in a process started after these were enqueued
     taken = [x.priority for x in driver().claim(executor=EXEC, queues=["plan_a"], limit=1)]
     assert taken == [5]
-    taken += [x.priority for x in driver().claim(executor=EXEC, queues=["plan_a"], limit=8)]
-    # from the floors, which know priority 5 only: two more of it, then short
-    assert taken == [5, 5, 5]
-    [got] = driver().claim(executor=EXEC, queues=["plan_a"], limit=8)
-    assert got.job_id == low.pk
-    assert claim_shapes == [postgres.CLAIM_ONE_QUEUE] + [postgres.CLAIM_FROM_FLOORS] * 2
+    got = driver().claim(executor=EXEC, queues=["plan_a"], limit=8)
+    assert [x.priority for x in got] == [5, 5, 0]
+    assert got[-1].job_id == low.pk
+    assert claim_shapes == [postgres.CLAIM_ONE_QUEUE, postgres.CLAIM_FROM_FLOORS]
