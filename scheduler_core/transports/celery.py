@@ -42,6 +42,7 @@ from django.db import DatabaseError
 
 import scheduler_core.hooks as hooks
 
+from ..api import hints
 from ..api.hints import EVERY_QUEUE, register_publisher
 from ..conf import tenure_settings
 from ..read import metrics
@@ -52,6 +53,7 @@ from ..runtime.connections import (
     register_executor,
 )
 from ..runtime.heartbeat import Heartbeater
+from ..services.maintenance import dispatch_once
 from ..storage.base import new_executor_id
 from ..storage.drivers import driver
 
@@ -121,6 +123,28 @@ def _process_executor() -> tuple[str, Heartbeater]:
         return _state["id"], _state["hb"]
 
 
+def _announce_backlog() -> None:
+    """Once this pool process is registered, hint the due jobs of the queues it consumes that
+    no message announced (enqueued while no worker consumed them), as the dispatcher would on
+    its next round: the first worker to start does not wait for ``run_scheduler``'s round and
+    its registry read. Each hinted job is marked, so the pool's other processes, doing the
+    same, send nothing twice. Best effort: the dispatcher still covers what this misses."""
+    try:
+        hints.CONSUMERS.forget()
+        sent = dispatch_once()
+        if sent:
+            log.info("pool process %s hinted %d jobs waiting for a consumer", os.getpid(), sent)
+    except DatabaseError as exc:
+        log.info("pool process %s could not hint the backlog (%s)", os.getpid(), exc)
+    finally:
+        driver().connection.close()
+
+
+def _registered() -> None:
+    """This pool process's row is written: hint what waited for a consumer, from a thread."""
+    threading.Thread(target=_announce_backlog, name="tenure-backlog", daemon=True).start()
+
+
 def _register_until_done() -> None:
     """Retry this pool process's registration once a second until it succeeds or the
     process should stop: until it is registered no process sends its queues hints, so a
@@ -131,6 +155,7 @@ def _register_until_done() -> None:
         try:
             _process_executor()
             log.info("pool process %s registered as %s", os.getpid(), _state["id"])
+            _registered()
             return
         except DatabaseError as exc:
             log.warning("pool process %s not registered yet: %s", os.getpid(), exc)
@@ -159,6 +184,8 @@ def _process_started(**_: Any) -> None:
     except DatabaseError as exc:
         log.warning("pool process %s could not register, retrying: %s", os.getpid(), exc)
         threading.Thread(target=_register_until_done, name="tenure-register", daemon=True).start()
+        return
+    _registered()
 
 
 @worker_shutting_down.connect  # type: ignore[untyped-decorator]

@@ -188,3 +188,39 @@ def test_the_first_consumer_is_noticed_within_a_second(settings: Any) -> None:
     assert hints.uses_broker("bq-broker")
     driver().executor_stopped(executor_id)
     assert hints.uses_broker("bq-broker")  # a found consumer is trusted longer
+
+
+def test_a_pool_process_that_registers_hints_the_jobs_that_waited_for_a_consumer(
+    settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Jobs enqueued while no worker consumed their queue got no message; the first pool
+    process to register hints them itself, without waiting for the dispatcher's round."""
+    import time
+
+    from scheduler_core.models import Job
+    from scheduler_core.transports import celery as celery_transport
+
+    settings.TENURE_TRANSPORT = "celery"
+    settings.TENURE_BROKER_QUEUES = ()
+    hints.CONSUMERS.forget()
+    waiting = [on_broker.enqueue().pk for _ in range(3)]
+    assert not Job.objects.filter(pk__in=waiting, hinted_at__isnull=False).exists()
+    sent: list[tuple[int, str]] = []
+    monkeypatch.setattr(
+        hints, "publish", lambda job_id, queue: sent.append((job_id, queue)) or True
+    )
+    monkeypatch.setattr(celery_transport, "_state", {})
+    # As `celery worker -Q bq-broker` would consume.
+    monkeypatch.setattr(
+        celery_transport, "_consumed_queues", lambda: [hints.broker_queue("bq-broker")]
+    )
+    celery_transport._process_started()  # the worker_process_init handler
+    try:
+        deadline = time.monotonic() + 10
+        while len(sent) < 3:
+            assert time.monotonic() < deadline, f"hinted only {sent}"
+            time.sleep(0.05)
+        assert sorted(job_id for job_id, _ in sent) == sorted(waiting)
+        assert Job.objects.filter(pk__in=waiting, hinted_at__isnull=False).count() == 3
+    finally:
+        celery_transport._state["hb"].stop()
