@@ -22,6 +22,7 @@ from scheduler_core.models import Effect, Job
 
 from . import actions, queries
 from .forms import ActionForm, BulkActionForm, JobFilterForm
+from .htmx import is_history_restore, is_htmx
 from .permissions import OPERATE_PERM
 from .security import dashboard_view
 
@@ -35,8 +36,7 @@ def _template(request: HttpRequest, name: str, partial: str) -> str:
 
     A history-restore request wants the whole page back, so it gets it.
     """
-    htmx = getattr(request, "htmx", None)
-    if htmx and not htmx.history_restore_request:
+    if is_htmx(request) and not is_history_restore(request):
         return f"{name}#{partial}"
     return name
 
