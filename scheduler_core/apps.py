@@ -1,4 +1,5 @@
-"""App config: discovers ``<app>/jobs.py`` at start-up and registers system checks."""
+"""App config: discovers ``<app>/jobs.py`` at start-up, registers system checks, applies the
+connection settings Tenure's guarantees need to its database's connections."""
 
 from __future__ import annotations
 
@@ -13,9 +14,24 @@ class SchedulerCoreConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
+        from django.db.backends.signals import connection_created
         from django.utils.module_loading import autodiscover_modules
 
-        from . import checks  # noqa: F401  (registers the checks)
+        from . import (
+            checks,  # noqa: F401  (registers the checks)
+            connsettings,
+        )
+
+        connection_created.connect(
+            connsettings.on_connection_created, dispatch_uid="tenure.connection_settings"
+        )
+        # A connection some app opened before this one was ready gets them now.
+        from django.db import connections
+
+        from . import db
+
+        if db.alias() in connections and connections[db.alias()].connection is not None:
+            connsettings.apply(connections[db.alias()])
 
         autodiscover_modules("jobs")
         from importlib import import_module

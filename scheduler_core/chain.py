@@ -47,10 +47,10 @@ import time
 from collections.abc import Callable
 
 from django.db import DatabaseError, connections
-from django.db import connection as db_connection
 
 from . import conf, metrics, registry, store
 from .context import JobContext
+from .db import connection as db_connection
 from .exceptions import EffectsUnsettled, StaleAttempt
 from .executor import Heartbeater, commit_and_read_back, end_with_error, run_lease
 from .models import Attempt

@@ -1,4 +1,11 @@
-"""System checks: bad configuration stops start-up with a clear message."""
+"""System checks: bad configuration stops start-up with a clear message.
+
+Ids: ``tenure.E001``..``E006`` Tenure's own settings; ``E010``..``E017`` the transports
+(:mod:`scheduler_core.transports.checks`); ``E020``..``E023`` Tenure's database and the
+connection settings its guarantees need (:mod:`scheduler_core.connsettings`); ``E030``..``E033``
+the ``django.tasks`` backend; ``E040``..``E041`` the dashboard (``admin_ui.checks``);
+``W001``..``W002`` testing facilities left on. docs/install.md lists them all.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +15,7 @@ from typing import Any
 from django.conf import settings
 from django.core.checks import Error, Warning, register
 
-from . import conf, failpoints
+from . import conf, connsettings, failpoints
 from .transports import checks as _transport_checks  # noqa: F401  (registers them)
 
 
@@ -24,11 +31,7 @@ def check_tenure_settings(app_configs: Any, **kwargs: Any) -> list[Any]:
                 id="tenure.E001",
             )
         )
-    vendor = settings.DATABASES["default"]["ENGINE"].rsplit(".", 1)[-1]
-    if vendor not in ("sqlite3", "postgresql"):
-        errors.append(
-            Error(f"Tenure supports PostgreSQL and SQLite, not {vendor}", id="tenure.E002")
-        )
+    errors.extend(_check_database(s.DATABASE))
     if s.REAP_GRACE_SECONDS < 0 or s.HEARTBEAT_FRACTION <= 0 or s.HEARTBEAT_FRACTION >= 0.8:
         errors.append(
             Error(
@@ -64,3 +67,25 @@ def check_tenure_settings(app_configs: Any, **kwargs: Any) -> list[Any]:
             )
         )
     return errors
+
+
+def _check_database(alias: str) -> list[Any]:
+    """The database ``TENURE_DATABASE`` names: present, supported, with the connection
+    settings the guarantees need that only its ``OPTIONS`` can give."""
+    databases = getattr(settings, "DATABASES", {})
+    if alias not in databases:
+        return [
+            Error(
+                f"TENURE_DATABASE={alias!r} is not an alias in DATABASES "
+                f"({', '.join(sorted(databases)) or 'none'})",
+                id="tenure.E020",
+            )
+        ]
+    entry = databases[alias]
+    vendor = str(entry.get("ENGINE", "")).rsplit(".", 1)[-1]
+    if vendor not in ("sqlite3", "postgresql"):
+        return [Error(f"Tenure supports PostgreSQL and SQLite, not {vendor}", id="tenure.E002")]
+    return [
+        Error(f"DATABASES[{alias!r}]: {message}", hint=hint, id=check_id)
+        for check_id, message, hint in connsettings.problems(entry)
+    ]

@@ -20,6 +20,20 @@ class TenureSettings:
 
     TRANSPORT: str = "polling"
     """How executors learn about due work: ``polling`` (broker-less), ``celery`` or ``rq``."""
+    DATABASE: str = "default"
+    """The ``DATABASES`` alias that holds Tenure's tables; every read and write of Tenure's
+    goes there (:mod:`scheduler_core.db`). Read once per process."""
+    LOCK_TIMEOUT_MS: int = 10_000
+    """PostgreSQL: ``lock_timeout`` of every connection to Tenure's database whose own is 0
+    (none), so a write blocked behind another session's lock fails and is retried instead of
+    hanging while its lease runs out (:mod:`scheduler_core.connsettings`)."""
+    IDLE_IN_TRANSACTION_TIMEOUT_MS: int = 60_000
+    """PostgreSQL: ``idle_in_transaction_session_timeout`` of every connection to Tenure's
+    database whose own is 0 (none); executors set a shorter one for their own connections
+    (``EXECUTOR_IDLE_TX_TIMEOUT_MS``)."""
+    SQLITE_BUSY_TIMEOUT_MS: int = 30_000
+    """SQLite: the least busy timeout of a connection to Tenure's database (raised to this
+    when lower), so a writer waits for the write lock instead of failing at once."""
     DEFAULT_QUEUE: str = "default"
     DEFAULT_LEASE_SECONDS: int = 30
     DEFAULT_MAX_ATTEMPTS: int = 5

@@ -54,11 +54,13 @@ def now_sql(vendor: str) -> str:
     return "strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now')"
 
 
-def db_now(using: str = "default") -> Any:
-    """Read the database's clock (an aware datetime)."""
+def db_now(using: str | None = None) -> Any:
+    """Read the database's clock (an aware datetime); ``using`` defaults to Tenure's."""
     from django.db import connections
 
-    conn = connections[using]
+    from . import db
+
+    conn = connections[using or db.alias()]
     with conn.cursor() as cur:
         cur.execute("SELECT " + now_sql(conn.vendor), [])
         return to_datetime(cur.fetchone()[0])

@@ -25,11 +25,11 @@ from django.db import (
     OperationalError,
     transaction,
 )
-from django.db import connection as db_connection
 
 from . import conf, failpoints, metrics, outcomes, registry, states, store
 from .classify import PayloadMismatch, classify, retry_after_of
 from .context import JobContext
+from .db import connection as db_connection
 from .exceptions import AttemptOverrun, Snooze, StaleAttempt
 from .modes import EffectMode
 from .outcomes import Decision, Reconciliation, Situation
@@ -201,7 +201,7 @@ def _complete_read_back(
     for n in range(tries):
         xid: list[int] = []
         try:
-            with transaction.atomic():
+            with transaction.atomic(using=store.DB):
                 if not xid_from_fn:
                     xid.extend(_xid())
                 got = fn()
@@ -269,7 +269,7 @@ def commit_and_read_back(
         xid: list[int] = []
         written = False
         try:
-            with transaction.atomic():
+            with transaction.atomic(using=store.DB):
                 if not xid_from_fn:
                     xid.extend(_xid())
                 got = fn()
@@ -600,7 +600,7 @@ def _reconcile(ctx: JobContext, jt: registry.JobType, rng: random.Random) -> str
         log.warning("job %s: reconcile failed: %s", lease.job_id, exc)
         return _reconcile_failed(ctx, jt, exc, rng)
     # The ledger's answer and the job's transition commit together.
-    with transaction.atomic():
+    with transaction.atomic(using=store.DB):
         store.reconciled(lease, answer)
         decision = outcomes.after_reconcile(answer)
         store.finish(lease, decision, outcome=_RECONCILED[answer])

@@ -159,7 +159,7 @@ def succeeded_recently() -> int:
 def job_rows_estimate() -> int:
     """The database's estimate of the job table's size (PostgreSQL's statistics, kept by
     autovacuum); -1 when unknown (SQLite, or never analysed)."""
-    from django.db import connection
+    from .db import connection
 
     if connection.vendor != "postgresql":
         return -1
@@ -344,7 +344,7 @@ def database_pressure() -> dict[str, Any] | None:
     indexes grow until the snapshot ends, and so do the dashboard's counts. ``oldest`` names the session (pid, application, state, its transaction's start),
     so an operator can find and end it.
     """
-    from django.db import connection
+    from .db import connection
 
     if connection.vendor != "postgresql":
         return None

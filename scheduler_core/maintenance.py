@@ -15,9 +15,9 @@ from collections import Counter
 from typing import Any
 
 from django.db import DatabaseError
-from django.db import connection as db_connection
 
 from . import conf, metrics, store, transports
+from .db import connection as db_connection
 
 log = logging.getLogger("tenure.maintenance")
 

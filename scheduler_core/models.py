@@ -2,16 +2,35 @@
 the operator audit trail and live executors.
 
 Rows are read anywhere; ``Job.state``, its fence and lease are written only by
-``scheduler_core.store``.
+``scheduler_core.store``. Every model's manager reads and writes Tenure's database
+(``TENURE_DATABASE``, :mod:`scheduler_core.db`) unless told ``.using()`` another.
 """
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 from django.db import models
 from django.db.models import Q
 
+from . import db
 from .modes import MODE_CHOICES
 from .states import STATE_CHOICES, State
+
+_M = TypeVar("_M", bound=models.Model)
+
+
+class TenureManager(models.Manager[_M]):
+    """A manager whose querysets use Tenure's database alias, so no router is needed."""
+
+    def get_queryset(self) -> models.QuerySet[_M]:
+        # Manager.get_queryset with the alias filled in: no second queryset per call.
+        cls = self._queryset_class  # type: ignore[attr-defined]
+        return cls(  # type: ignore[no-any-return]
+            model=self.model,
+            using=self._db or db.alias(),
+            hints=self._hints,  # type: ignore[attr-defined]
+        )
 
 
 class JobQuerySet(models.QuerySet["Job"]):
@@ -73,7 +92,7 @@ class Job(models.Model):
         blank=True, default="", help_text="Why the job is terminal, indeterminate or backing off."
     )
 
-    objects = JobQuerySet.as_manager()
+    objects = TenureManager.from_queryset(JobQuerySet)()
 
     class Meta:
         db_table = "tenure_job"
@@ -117,6 +136,8 @@ class Attempt(models.Model):
     message = models.TextField(blank=True, default="")
     traceback = models.TextField(blank=True, default="")
 
+    objects = TenureManager()
+
     class Meta:
         db_table = "tenure_attempt"
         constraints = [
@@ -153,6 +174,8 @@ class Effect(models.Model):
     note = models.TextField(blank=True, default="")
     created_at = models.DateTimeField()
     updated_at = models.DateTimeField()
+
+    objects = TenureManager()
 
     class Meta:
         db_table = "tenure_effect"
@@ -192,6 +215,8 @@ class EffectEvent(models.Model):
     note = models.TextField(blank=True, default="")
     created_at = models.DateTimeField()
 
+    objects = TenureManager()
+
     class Meta:
         db_table = "tenure_effect_event"
         indexes = [models.Index(fields=["effect", "id"], name="tenure_effect_event_effect")]
@@ -208,6 +233,8 @@ class Installation(models.Model):
     id = models.SmallIntegerField(primary_key=True, default=1)
     key = models.CharField(max_length=40)
     created_at = models.DateTimeField(auto_now_add=True)
+
+    objects = TenureManager()
 
     class Meta:
         db_table = "tenure_installation"
@@ -236,6 +263,8 @@ class Schedule(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
+    objects = TenureManager()
+
     class Meta:
         db_table = "tenure_schedule"
 
@@ -256,6 +285,8 @@ class AuditEntry(models.Model):
     version_before = models.IntegerField(null=True, blank=True)
     detail = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
+
+    objects = TenureManager()
 
     class Meta:
         db_table = "tenure_audit"
@@ -279,6 +310,8 @@ class Executor(models.Model):
     heartbeat_at = models.DateTimeField()
     stopped_at = models.DateTimeField(null=True, blank=True)
 
+    objects = TenureManager()
+
     class Meta:
         db_table = "tenure_executor"
 
@@ -294,6 +327,8 @@ class StaleWrite(models.Model):
     write = models.CharField(max_length=30)
     executor = models.CharField(max_length=200, blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True)
+
+    objects = TenureManager()
 
     class Meta:
         db_table = "tenure_stale_write"
@@ -315,6 +350,8 @@ class CountSnapshot(models.Model):
     state = models.CharField(max_length=16)
     n = models.BigIntegerField()
     taken_at = models.DateTimeField()
+
+    objects = TenureManager()
 
     class Meta:
         db_table = "tenure_count_snapshot"

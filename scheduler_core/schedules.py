@@ -494,13 +494,14 @@ def set_paused(
     from django.db import transaction
     from django.db.models import F
 
+    from . import db
     from .exceptions import ActionConflict, ActionRefused
     from .models import AuditEntry, Schedule
 
     reason = (reason or "").strip()
     if not reason:
         raise ActionRefused("a reason is required")
-    with transaction.atomic():
+    with transaction.atomic(using=db.alias()):
         n = Schedule.objects.filter(pk=schedule_id, version=expected_version).update(
             paused=paused, version=F("version") + 1, updated_at=dt.datetime.now(_UTC)
         )
@@ -541,7 +542,7 @@ def sync_code_schedules(*, now: dt.datetime | None = None) -> int:
     from django.db import IntegrityError, transaction
     from django.db.models import F
 
-    from . import registry
+    from . import db, registry
     from .dbclock import db_now
     from .models import Schedule
 
@@ -566,7 +567,7 @@ def sync_code_schedules(*, now: dt.datetime | None = None) -> int:
         if row is None:
             now = now or db_now()
             try:
-                with transaction.atomic():
+                with transaction.atomic(using=db.alias()):
                     Schedule.objects.create(
                         name=name,
                         payload={},
@@ -628,7 +629,7 @@ def _fire_one(row: Schedule, *, now: dt.datetime, grace: float) -> int:
     from django.db import transaction
     from django.db.models import F
 
-    from . import registry, store
+    from . import db, registry, store
     from .models import Job, Schedule
     from .states import State
 
@@ -646,7 +647,7 @@ def _fire_one(row: Schedule, *, now: dt.datetime, grace: float) -> int:
     assert row.next_fire_at is not None
     p = plan(spec, next_fire_at=row.next_fire_at, now=now, grace=grace)
     times = list(p.fire)
-    with transaction.atomic():
+    with transaction.atomic(using=db.alias()):
         if spec.overlap == "skip" and times:
             busy = Job.objects.filter(
                 schedule_id=row.pk, state__in=[State.WAITING, State.LEASED]

@@ -30,7 +30,7 @@ from typing import Any
 from django.db import IntegrityError, connections, transaction
 from django.db.models import Exists, F, OuterRef, Q
 
-from . import conf, metrics, outcomes, states
+from . import conf, db, metrics, outcomes, states
 from .dbclock import DbNow, now_sql, to_datetime
 from .exceptions import (
     ActionConflict,
@@ -56,7 +56,8 @@ from .retry import RetryPolicy
 
 log = logging.getLogger("tenure.store")
 
-DB = "default"
+DB = db.alias()
+"""Tenure's database alias (``TENURE_DATABASE``): every statement here runs on it."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -39,9 +39,9 @@ from typing import Any
 from celery import shared_task
 from celery.signals import worker_process_init, worker_process_shutdown, worker_shutting_down
 from django.db import DatabaseError
-from django.db import connection as db_connection
 
 from .. import chain, conf, executor, store
+from ..db import connection as db_connection
 from . import EVERY_QUEUE
 
 log = logging.getLogger("tenure.transports.celery")

@@ -27,10 +27,10 @@ import redis
 import rq
 import rq.job
 from django.db import DatabaseError
-from django.db import connection as db_connection
 from rq.serializers import JSONSerializer
 
 from .. import executor, store
+from ..db import connection as db_connection
 
 log = logging.getLogger("tenure.transports.rq")
 
