@@ -1,5 +1,6 @@
 """App config: discovers ``<app>/jobs.py`` at start-up, registers system checks, applies the
-connection settings Tenure's guarantees need to its database's connections."""
+connection settings Tenure's guarantees need to its database's connections, and registers the
+Celery task when Celery is the transport."""
 
 from __future__ import annotations
 
@@ -40,3 +41,10 @@ class SchedulerCoreConfig(AppConfig):
 
         for module in conf.get().JOB_MODULES:
             import_module(module)
+        # The Celery transport's task registers itself with every Celery app when its module
+        # is imported: the host need not autodiscover Tenure's modules. Without Celery
+        # installed, check tenure.E014 says what to install.
+        from importlib.util import find_spec
+
+        if conf.get().TRANSPORT == "celery" and find_spec("celery") is not None:
+            import_module("scheduler_core.transports.celery")
