@@ -34,6 +34,9 @@ class TenureSettings:
     SQLITE_BUSY_TIMEOUT_MS: int = 30_000
     """SQLite: the least busy timeout of a connection to Tenure's database (raised to this
     when lower), so a writer waits for the write lock instead of failing at once."""
+    METRICS_TOKEN: str = ""
+    """A bearer token that may read ``/metrics`` (``Authorization: Bearer <token>``), for a
+    Prometheus scraper. Empty: only logged-in users with ``scheduler_core.view_job`` may."""
     DEFAULT_QUEUE: str = "default"
     DEFAULT_LEASE_SECONDS: int = 30
     DEFAULT_MAX_ATTEMPTS: int = 5
