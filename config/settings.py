@@ -85,6 +85,7 @@ INSTALLED_APPS = [
     "django_htmx",
     "template_partials",
     "django_rq",  # for `manage.py rqworker`; its dashboard is not mounted (RQ_SHOW_ADMIN_LINK)
+    "django_tasks",  # the django.tasks backport (Django 5.2): its checks and signals
     "scheduler_core",
     "admin_ui",
     "demo",
@@ -186,6 +187,9 @@ RQ = {
 }
 # The RQ dashboard could requeue and delete hints outside the operator's audit trail.
 RQ_SHOW_ADMIN_LINK = False
+
+# --- django.tasks: @task functions run as Tenure jobs (docs/install.md).
+TASKS = {"default": {"BACKEND": "scheduler_core.backends.TenureBackend"}}
 
 # --- Tenure. Every name has a default in scheduler_core.conf; override here or by env.
 TENURE_TRANSPORT = os.environ.get("TENURE_TRANSPORT", "celery")

@@ -1,10 +1,36 @@
-"""App config: discovers ``<app>/jobs.py`` at start-up, registers system checks, applies the
-connection settings Tenure's guarantees need to its database's connections, and registers the
-Celery task when Celery is the transport."""
+"""App config: discovers ``<app>/jobs.py`` (and ``<app>/tasks.py`` when a ``TASKS`` backend is
+Tenure's) at start-up, registers system checks, applies the connection settings Tenure's
+guarantees need to its database's connections, and registers the Celery task when Celery is
+the transport."""
 
 from __future__ import annotations
 
 from django.apps import AppConfig
+from django.conf import settings
+
+TENURE_BACKEND = "scheduler_core.backends.TenureBackend"
+
+
+def uses_tenure_tasks() -> bool:
+    """Whether a ``TASKS`` backend is :class:`scheduler_core.backends.TenureBackend` (or a
+    subclass of it)."""
+    for entry in (getattr(settings, "TASKS", None) or {}).values():
+        path = str(entry.get("BACKEND", "")) if isinstance(entry, dict) else ""
+        if path == TENURE_BACKEND:
+            return True
+        if path.startswith("django_tasks.") or path.startswith("django.tasks."):
+            continue
+        from django.utils.module_loading import import_string
+
+        try:
+            cls = import_string(path)
+        except ImportError:
+            continue
+        from .backends import TenureBackend
+
+        if isinstance(cls, type) and issubclass(cls, TenureBackend):
+            return True
+    return False
 
 
 class SchedulerCoreConfig(AppConfig):
@@ -35,6 +61,9 @@ class SchedulerCoreConfig(AppConfig):
             connsettings.apply(connections[db.alias()])
 
         autodiscover_modules("jobs")
+        if uses_tenure_tasks():
+            # Executors must know every task a web process may enqueue: <app>/tasks.py.
+            autodiscover_modules("tasks")
         from importlib import import_module
 
         from . import conf

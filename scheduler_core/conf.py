@@ -37,6 +37,9 @@ class TenureSettings:
     METRICS_TOKEN: str = ""
     """A bearer token that may read ``/metrics`` (``Authorization: Bearer <token>``), for a
     Prometheus scraper. Empty: only logged-in users with ``scheduler_core.view_job`` may."""
+    MAX_RETURN_VALUE_BYTES: int = 64 * 1024
+    """The largest return value a ``django.tasks`` task may store (as JSON); a larger one
+    ends the task failed (:mod:`scheduler_core.backends`)."""
     DEFAULT_QUEUE: str = "default"
     DEFAULT_LEASE_SECONDS: int = 30
     DEFAULT_MAX_ATTEMPTS: int = 5

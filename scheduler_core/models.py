@@ -135,6 +135,12 @@ class Attempt(models.Model):
     error_type = models.CharField(max_length=200, blank=True, default="")
     message = models.TextField(blank=True, default="")
     traceback = models.TextField(blank=True, default="")
+    return_value = models.JSONField(
+        null=True,
+        blank=True,
+        help_text="What the handler returned, for a django.tasks task (JSON, size-bounded); "
+        "the task's result is that of the attempt whose completion was accepted.",
+    )
 
     objects = TenureManager()
 

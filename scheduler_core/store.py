@@ -2205,3 +2205,29 @@ def _older_than(when: datetime, seconds: float) -> bool:
     from .dbclock import db_now
 
     return bool((db_now(DB) - when).total_seconds() > seconds)
+
+
+# ---------------------------------------------------------------------------------------------
+# Return values (django.tasks)
+# ---------------------------------------------------------------------------------------------
+
+
+def record_return_value(lease: Lease, value: Any) -> None:
+    """Keep what ``lease``'s handler returned on its attempt's row, fenced like every attempt
+    write: refused (:class:`StaleAttempt`, :class:`AttemptOverrun`) once the job is no longer
+    leased under this fence or the attempt is past its maximum runtime.
+
+    ``value`` is JSON already checked by the caller (:mod:`scheduler_core.backends`). It is
+    written before the completion, in the caller's transaction when there is one (a
+    ``transactional`` job's); a task's result is the value of the attempt whose completion was
+    accepted, so one left by an attempt that did not complete is never read as the result.
+    """
+    mine = _mine(lease).filter(deadline_at__gt=DbNow())
+    n = (
+        Attempt.objects.using(DB)
+        .filter(pk=lease.attempt_id, finished_at__isnull=True)
+        .filter(Exists(mine))
+        .update(return_value=value)
+    )
+    if n != 1:
+        raise refusal(lease, "return_value")
