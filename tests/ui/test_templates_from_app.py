@@ -69,3 +69,22 @@ def test_every_dashboard_page_renders_without_template_dirs(
     assert r.status_code == 200
     assert b"<html" not in r.content
     assert Job.objects.filter(pk=pk, state="waiting").exists()
+
+
+@pytest.mark.django_db
+def test_the_dashboard_renders_when_ops_is_the_projects_only_url(
+    settings: Any, op_client: Client
+) -> None:
+    settings.ROOT_URLCONF = "tests.urls_ops_only"
+    pk = noop.enqueue().pk
+    for url in ("/ops/", f"/ops/jobs/{pk}/"):
+        r = op_client.get(url)
+        assert r.status_code == 200, url
+        assert b"Log out" not in r.content  # no logout view to post to
+    assert op_client.get("/ops/metrics").status_code == 200
+
+
+@pytest.mark.django_db
+def test_the_log_out_button_posts_to_the_projects_logout_view(op_client: Client) -> None:
+    r = op_client.get("/ops/")
+    assert b'action="/accounts/logout/"' in r.content
