@@ -5,7 +5,8 @@ database (``connection_created``, :func:`apply`):
 
 * PostgreSQL: ``lock_timeout`` (``TENURE_LOCK_TIMEOUT_MS``, 10 s) and
   ``idle_in_transaction_session_timeout`` (``TENURE_IDLE_IN_TRANSACTION_TIMEOUT_MS``, 60 s),
-  each only where the connection has none (0): a value the host set itself is kept.
+  each only where the connection has none (0): a value the host set itself is kept. One round
+  trip per new connection, skipped when the entry's ``OPTIONS["options"]`` sets both.
 * SQLite: the write-ahead log (``journal_mode=WAL``, so readers never block the writer) and a
   busy timeout of at least ``TENURE_SQLITE_BUSY_TIMEOUT_MS`` (30 s).
 
@@ -120,6 +121,9 @@ def apply(connection: Any) -> None:
     """Set what a new connection to Tenure's database must have and may still be given."""
     s = conf.get()
     if connection.vendor == "postgresql":
+        given = str(connection.settings_dict.get("OPTIONS", {}).get("options", ""))
+        if "lock_timeout" in given and "idle_in_transaction_session_timeout" in given:
+            return  # the host sets both at connect time, and its values are kept anyway
         with connection.cursor() as cur:
             # One round trip; a timeout the connection already has (the host's own) is kept.
             cur.execute(

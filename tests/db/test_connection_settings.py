@@ -142,6 +142,14 @@ def test_check_refuses_a_database_entry_without_the_options_tenure_needs(vendor:
 
 
 @pytest.mark.process
+def test_an_executor_refuses_to_start_without_the_options_tenure_needs(vendor: str) -> None:
+    done = manage_variant("run_executor", "--burst", TEST_WITHOUT_DB_OPTIONS="1")
+    assert done.returncode != 0
+    assert ("tenure.E021" if vendor == "sqlite" else "tenure.E022") in done.stderr, done.stderr
+    assert "claimed" not in done.stdout
+
+
+@pytest.mark.process
 def test_check_refuses_a_tenure_database_alias_that_does_not_exist() -> None:
     done = _check(TENURE_DATABASE="nowhere")
     assert done.returncode != 0
