@@ -28,7 +28,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from . import conf
+from . import conf, db
 
 log = logging.getLogger("tenure.connsettings")
 
@@ -111,8 +111,6 @@ def _psycopg3() -> bool:
 
 def on_connection_created(sender: Any, connection: Any, **_: Any) -> None:
     """``connection_created`` receiver: :func:`apply` to each connection of Tenure's alias."""
-    from . import db
-
     if connection.alias == db.alias():
         apply(connection)
 

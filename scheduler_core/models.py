@@ -24,6 +24,7 @@ class TenureManager(models.Manager[_M]):
     """A manager whose querysets use Tenure's database alias, so no router is needed."""
 
     def get_queryset(self) -> models.QuerySet[_M]:
+        """A queryset on ``.using()``'s alias if one was given, else on Tenure's."""
         # Manager.get_queryset with the alias filled in: no second queryset per call.
         cls = self._queryset_class  # type: ignore[attr-defined]
         return cls(  # type: ignore[no-any-return]
