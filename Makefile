@@ -72,7 +72,7 @@ BENCH_ARGS ?=
 $(BENCH_VENV)/.installed: pyproject.toml bench/requirements.txt
 	test -x $(BENCH_PY) || $(PY) -m venv $(BENCH_VENV) || python3 -m venv $(BENCH_VENV)
 	$(BENCH_PY) -m pip install -q --upgrade pip
-	$(BENCH_PY) -m pip install -q -e . -r bench/requirements.txt
+	$(BENCH_PY) -m pip install -q -e ".[demo,rq]" -r bench/requirements.txt
 	touch $@
 
 bench-venv: $(BENCH_VENV)/.installed

@@ -28,4 +28,6 @@ class AdminUiConfig(AppConfig):
     verbose_name = "Tenure operator dashboard"
 
     def ready(self) -> None:
+        from . import checks  # noqa: F401  (registers the checks)
+
         post_migrate.connect(_after_migrate, dispatch_uid="admin_ui.operate_permission")

@@ -13,6 +13,7 @@ from django.shortcuts import render
 from django.utils.cache import patch_vary_headers
 from django_htmx.http import HttpResponseClientRedirect
 
+from .htmx import is_htmx
 from .permissions import OPERATE_PERM, VIEW_PERM
 
 CONTENT_SECURITY_POLICY = "; ".join(
@@ -63,7 +64,7 @@ def dashboard_view(
         def guarded(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
             response: HttpResponse
             if not request.user.is_authenticated:
-                if getattr(request, "htmx", False):
+                if is_htmx(request):
                     response = HttpResponseClientRedirect(settings.LOGIN_URL)
                 else:
                     response = redirect_to_login(request.get_full_path())

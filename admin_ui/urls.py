@@ -1,7 +1,10 @@
 """Dashboard routes. Action URLs accept POST only; their confirmation steps are GETs that
-never write."""
+never write. ``metrics`` is the Prometheus exposition, behind its own guard (a bearer token
+or the view permission; :mod:`scheduler_core.views`)."""
 
 from django.urls import path
+
+import scheduler_core.views
 
 from . import views
 
@@ -14,4 +17,5 @@ urlpatterns = [
     path("jobs/<int:job_id>/<slug:key>/", views.job_action, name="job_action"),
     path("bulk/<slug:action>/confirm/", views.bulk_confirm, name="bulk_confirm"),
     path("bulk/<slug:action>/", views.bulk_action, name="bulk_action"),
+    path("metrics", scheduler_core.views.metrics_view, name="metrics"),
 ]

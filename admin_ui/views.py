@@ -16,7 +16,7 @@ from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
 
-from scheduler_core import conf
+from scheduler_core.conf import tenure_settings
 from scheduler_core.exceptions import ActionConflict, ActionRefused
 from scheduler_core.models import Effect, Job
 from scheduler_core.services import operator
@@ -24,6 +24,7 @@ from scheduler_core.storage.drivers import driver
 
 from . import actions, queries
 from .forms import ActionForm, BulkActionForm, JobFilterForm
+from .htmx import is_history_restore, is_htmx
 from .permissions import OPERATE_PERM
 from .security import dashboard_view
 
@@ -37,8 +38,7 @@ def _template(request: HttpRequest, name: str, partial: str) -> str:
 
     A history-restore request wants the whole page back, so it gets it.
     """
-    htmx = getattr(request, "htmx", None)
-    if htmx and not htmx.history_restore_request:
+    if is_htmx(request) and not is_history_restore(request):
         return f"{name}#{partial}"
     return name
 
@@ -100,7 +100,7 @@ def overview(request: HttpRequest) -> HttpResponse:
         "cards": cards,
         "states": list(o["states"].items()),
         "nav": "overview",
-        "counts_refresh": int(conf.tenure_settings().COUNTS_REFRESH_SECONDS),
+        "counts_refresh": int(tenure_settings().COUNTS_REFRESH_SECONDS),
     }
     return render(request, _template(request, "admin_ui/overview.html", "live"), context)
 

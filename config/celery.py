@@ -10,5 +10,5 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
 app = Celery("tenure")
 app.config_from_object("django.conf:settings", namespace="CELERY")
-# The only task lives in the Celery transport adapter.
-app.autodiscover_tasks(["scheduler_core.transports"], related_name="celery")
+# Tenure's task needs no autodiscovery: scheduler_core registers it at start-up when
+# TENURE_TRANSPORT is "celery". This project has no Celery tasks of its own.

@@ -35,11 +35,13 @@ def database_from_url(url: str) -> dict[str, Any]:
             "ENGINE": "django.db.backends.sqlite3",
             "NAME": str(path),
             "OPTIONS": {
-                # Every write transaction takes the write lock at BEGIN, so a claim can never
-                # be a read that is overtaken before its write (BEGIN IMMEDIATE).
+                # Required by Tenure (check tenure.E021): every write transaction takes the
+                # write lock at BEGIN, so a claim is never a read overtaken before its write.
+                # Tenure itself sets the write-ahead log and the busy timeout on connect.
                 "transaction_mode": "IMMEDIATE",
-                "timeout": 30,
-                "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+                # This project's own choice for speed: with the write-ahead log, a commit is
+                # durable at the next checkpoint, not at once (a power cut may lose the last).
+                "init_command": "PRAGMA synchronous=NORMAL;",
             },
             "TEST": {"NAME": str(VAR_DIR / f"test-{path.stem}.sqlite3")},
         }
@@ -53,11 +55,10 @@ def database_from_url(url: str) -> dict[str, Any]:
             "PORT": str(parsed.port or 5432),
             "CONN_MAX_AGE": 0,
             "OPTIONS": {
-                # A blocked completion must time out and be retried, never hang (lock_timeout);
-                # a paused executor's open transaction is ended by the server.
-                "options": "-c lock_timeout=10000 -c idle_in_transaction_session_timeout=60000",
-                # A silent network (blackholed link) fails a call instead of hanging it, so the
-                # heartbeat thread can self-fence by its own clock.
+                # Required by Tenure (check tenure.E022): a silent network (blackholed link)
+                # fails a call instead of hanging it, so the heartbeat thread can self-fence by
+                # its own clock. Tenure itself sets lock_timeout and
+                # idle_in_transaction_session_timeout on connect (scheduler_core/storage/connection_settings.py).
                 "connect_timeout": 5,
                 "keepalives": 1,
                 "keepalives_idle": 5,
@@ -84,6 +85,7 @@ INSTALLED_APPS = [
     "django_htmx",
     "template_partials",
     "django_rq",  # for `manage.py rqworker`; its dashboard is not mounted (RQ_SHOW_ADMIN_LINK)
+    "django_tasks",  # the django.tasks backport (Django 5.2): its checks and signals
     "scheduler_core",
     "admin_ui",
     "demo",
@@ -98,7 +100,6 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
-    "django_htmx.middleware.HtmxMiddleware",
 ]
 
 ROOT_URLCONF = "config.urls"
@@ -187,6 +188,9 @@ RQ = {
 }
 # The RQ dashboard could requeue and delete hints outside the operator's audit trail.
 RQ_SHOW_ADMIN_LINK = False
+
+# --- django.tasks: @task functions run as Tenure jobs (docs/install.md).
+TASKS = {"default": {"BACKEND": "scheduler_core.backends.TenureBackend"}}
 
 # --- Tenure. Every name has a default in scheduler_core.conf; override here or by env.
 TENURE_TRANSPORT = os.environ.get("TENURE_TRANSPORT", "celery")

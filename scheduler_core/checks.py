@@ -1,4 +1,11 @@
-"""System checks: bad configuration stops start-up with a clear message."""
+"""System checks: bad configuration stops start-up with a clear message.
+
+Ids: ``tenure.E001``..``E006`` Tenure's own settings; ``E010``..``E017`` the transports
+(:mod:`scheduler_core.transports.checks`); ``E020``..``E023`` Tenure's database and the
+connection settings its guarantees need (:mod:`scheduler_core.storage.connection_settings`); ``E030``..``E033``
+the ``django.tasks`` backend; ``E040``..``E041`` the dashboard (``admin_ui.checks``).
+docs/install.md lists them all (``E004``/``W001``, failpoints, are the verifier app's).
+"""
 
 from __future__ import annotations
 
@@ -10,6 +17,7 @@ from django.db import connections
 
 from .api.registry import check_timeout
 from .conf import tenure_settings
+from .storage import connection_settings
 from .storage.base import check_installation_id
 from .storage.drivers import BY_VENDOR
 from .transports import checks as _transport_checks  # noqa: F401  (registers them)
@@ -27,18 +35,7 @@ def check_tenure_settings(app_configs: Any, **kwargs: Any) -> list[Any]:
                 id="tenure.E001",
             )
         )
-    if s.DATABASE not in settings.DATABASES:
-        errors.append(
-            Error(f"TENURE_DATABASE={s.DATABASE!r} is not in DATABASES", id="tenure.E002")
-        )
-    elif not s.DRIVER and connections[s.DATABASE].vendor not in BY_VENDOR:
-        errors.append(
-            Error(
-                f"Tenure has drivers for {', '.join(sorted(BY_VENDOR))}, not "
-                f"{connections[s.DATABASE].vendor} (database {s.DATABASE!r})",
-                id="tenure.E002",
-            )
-        )
+    errors.extend(_check_database(s.DATABASE))
     if s.REAP_GRACE_SECONDS < 0 or s.HEARTBEAT_FRACTION <= 0 or s.HEARTBEAT_FRACTION >= 0.8:
         errors.append(
             Error(
@@ -56,3 +53,31 @@ def check_tenure_settings(app_configs: Any, **kwargs: Any) -> list[Any]:
         except ValueError as e:
             errors.append(Error(f"TENURE_INSTALLATION_ID: {e}", id="tenure.E006"))
     return errors
+
+
+def _check_database(alias: str) -> list[Any]:
+    """The database ``TENURE_DATABASE`` names: present, supported, with the connection
+    settings the guarantees need that only its ``OPTIONS`` can give."""
+    databases = getattr(settings, "DATABASES", {})
+    if alias not in databases:
+        return [
+            Error(
+                f"TENURE_DATABASE={alias!r} is not an alias in DATABASES "
+                f"({', '.join(sorted(databases)) or 'none'})",
+                id="tenure.E020",
+            )
+        ]
+    entry = databases[alias]
+    vendor = connections[alias].vendor
+    if not tenure_settings().DRIVER and vendor not in BY_VENDOR:
+        return [
+            Error(
+                f"Tenure has drivers for {', '.join(sorted(BY_VENDOR))}, not {vendor} "
+                f"(database {alias!r})",
+                id="tenure.E002",
+            )
+        ]
+    return [
+        Error(f"DATABASES[{alias!r}]: {message}", hint=hint, id=check_id)
+        for check_id, message, hint in connection_settings.problems(entry)
+    ]

@@ -18,13 +18,31 @@ from django.core.signals import setting_changed
 class TenureSettings:
     """Every knob, with the default that ships."""
 
-    DATABASE: str = "default"
-    """The ``DATABASES`` alias of Tenure's tables: every read and write of Tenure's goes there."""
     DRIVER: str = ""
     """The storage driver class (a dotted path) to use instead of the one for the database's
     vendor (``scheduler_core.storage.drivers``); empty for that one."""
     TRANSPORT: str = "polling"
     """How executors learn about due work: ``polling`` (broker-less), ``celery`` or ``rq``."""
+    DATABASE: str = "default"
+    """The ``DATABASES`` alias that holds Tenure's tables; every read and write of Tenure's
+    goes there (:mod:`scheduler_core.db`). Read once per process."""
+    LOCK_TIMEOUT_MS: int = 10_000
+    """PostgreSQL: ``lock_timeout`` of every connection to Tenure's database whose own is 0
+    (none), so a write blocked behind another session's lock fails and is retried instead of
+    hanging while its lease runs out (:mod:`scheduler_core.storage.connection_settings`)."""
+    IDLE_IN_TRANSACTION_TIMEOUT_MS: int = 60_000
+    """PostgreSQL: ``idle_in_transaction_session_timeout`` of every connection to Tenure's
+    database whose own is 0 (none); executors set a shorter one for their own connections
+    (``EXECUTOR_IDLE_TX_TIMEOUT_MS``)."""
+    SQLITE_BUSY_TIMEOUT_MS: int = 30_000
+    """SQLite: the least busy timeout of a connection to Tenure's database (raised to this
+    when lower), so a writer waits for the write lock instead of failing at once."""
+    METRICS_TOKEN: str = ""
+    """A bearer token that may read ``/metrics`` (``Authorization: Bearer <token>``), for a
+    Prometheus scraper. Empty: only logged-in users with ``scheduler_core.view_job`` may."""
+    MAX_RETURN_VALUE_BYTES: int = 64 * 1024
+    """The largest return value a ``django.tasks`` task may store (as JSON); a larger one
+    ends the task failed (:mod:`scheduler_core.backends`)."""
     DEFAULT_QUEUE: str = "default"
     DEFAULT_LEASE_SECONDS: int = 30
     DEFAULT_MAX_ATTEMPTS: int = 5

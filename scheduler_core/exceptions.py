@@ -95,6 +95,11 @@ class EffectsUnsettled(Indeterminate):
         self.keys = keys
 
 
+class JobCancelled(TenureError):
+    """The job was cancelled by an operator before it ran to an end: the last error of a
+    cancelled ``django.tasks`` task's result (:mod:`scheduler_core.backends`)."""
+
+
 class ActionConflict(TenureError):
     """An operator action lost a race: the job changed since the operator looked (HTTP 409)."""
 

@@ -2,16 +2,36 @@
 the operator audit trail and live executors.
 
 Rows are read anywhere; ``Job.state``, its fence and lease are written only by
-``scheduler_core.storage``.
+the storage drivers (``scheduler_core.storage``). Every model's manager reads and writes Tenure's database
+(``TENURE_DATABASE``, :mod:`scheduler_core.db`) unless told ``.using()`` another.
 """
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 from django.db import models
 from django.db.models import Q
 
+from .db import alias
 from .domain.modes import MODE_CHOICES
 from .domain.states import STATE_CHOICES, State
+
+_M = TypeVar("_M", bound=models.Model)
+
+
+class TenureManager(models.Manager[_M]):
+    """A manager whose querysets use Tenure's database alias, so no router is needed."""
+
+    def get_queryset(self) -> models.QuerySet[_M]:
+        """A queryset on ``.using()``'s alias if one was given, else on Tenure's."""
+        # Manager.get_queryset with the alias filled in: no second queryset per call.
+        cls = self._queryset_class  # type: ignore[attr-defined]
+        return cls(  # type: ignore[no-any-return]
+            model=self.model,
+            using=self._db or alias(),
+            hints=self._hints,  # type: ignore[attr-defined]
+        )
 
 
 class JobQuerySet(models.QuerySet["Job"]):
@@ -73,7 +93,7 @@ class Job(models.Model):
         blank=True, default="", help_text="Why the job is terminal, indeterminate or backing off."
     )
 
-    objects = JobQuerySet.as_manager()
+    objects = TenureManager.from_queryset(JobQuerySet)()
 
     class Meta:
         db_table = "tenure_job"
@@ -116,6 +136,14 @@ class Attempt(models.Model):
     error_type = models.CharField(max_length=200, blank=True, default="")
     message = models.TextField(blank=True, default="")
     traceback = models.TextField(blank=True, default="")
+    return_value = models.JSONField(
+        null=True,
+        blank=True,
+        help_text="What the handler returned, for a django.tasks task (JSON, size-bounded); "
+        "the task's result is that of the attempt whose completion was accepted.",
+    )
+
+    objects = TenureManager()
 
     class Meta:
         db_table = "tenure_attempt"
@@ -153,6 +181,8 @@ class Effect(models.Model):
     note = models.TextField(blank=True, default="")
     created_at = models.DateTimeField()
     updated_at = models.DateTimeField()
+
+    objects = TenureManager()
 
     class Meta:
         db_table = "tenure_effect"
@@ -192,6 +222,8 @@ class EffectEvent(models.Model):
     note = models.TextField(blank=True, default="")
     created_at = models.DateTimeField()
 
+    objects = TenureManager()
+
     class Meta:
         db_table = "tenure_effect_event"
         indexes = [models.Index(fields=["effect", "id"], name="tenure_effect_event_effect")]
@@ -208,6 +240,8 @@ class Installation(models.Model):
     id = models.SmallIntegerField(primary_key=True, default=1)
     key = models.CharField(max_length=40)
     created_at = models.DateTimeField(auto_now_add=True)
+
+    objects = TenureManager()
 
     class Meta:
         db_table = "tenure_installation"
@@ -236,6 +270,8 @@ class Schedule(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
+    objects = TenureManager()
+
     class Meta:
         db_table = "tenure_schedule"
 
@@ -256,6 +292,8 @@ class AuditEntry(models.Model):
     version_before = models.IntegerField(null=True, blank=True)
     detail = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
+
+    objects = TenureManager()
 
     class Meta:
         db_table = "tenure_audit"
@@ -279,6 +317,8 @@ class Executor(models.Model):
     heartbeat_at = models.DateTimeField()
     stopped_at = models.DateTimeField(null=True, blank=True)
 
+    objects = TenureManager()
+
     class Meta:
         db_table = "tenure_executor"
 
@@ -294,6 +334,8 @@ class StaleWrite(models.Model):
     write = models.CharField(max_length=30)
     executor = models.CharField(max_length=200, blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True)
+
+    objects = TenureManager()
 
     class Meta:
         db_table = "tenure_stale_write"
@@ -315,6 +357,8 @@ class CountSnapshot(models.Model):
     state = models.CharField(max_length=16)
     n = models.BigIntegerField()
     taken_at = models.DateTimeField()
+
+    objects = TenureManager()
 
     class Meta:
         db_table = "tenure_count_snapshot"

@@ -120,6 +120,23 @@ def spawn(
             p.wait(timeout=10)
 
 
+def manage_variant(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """Run ``manage.py <args>`` to its end on ``tests.settings_variant`` (the example project
+    changed as its ``TEST_*`` environment variables say, see that module), with ``env`` added
+    to this process's environment."""
+    e = dict(os.environ, DJANGO_SETTINGS_MODULE="tests.settings_variant", PYTHONPATH=str(ROOT))
+    e.pop("TENURE_FAILPOINTS", None)
+    e.update(env)
+    return subprocess.run(
+        [PYTHON, str(ROOT / "manage.py"), *args],
+        env=e,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+
+
 def wait_until(pred: Callable[[], Any], timeout: float = 30.0, interval: float = 0.05) -> Any:
     """Poll ``pred`` until it returns something truthy; fail the test after ``timeout``."""
     deadline = time.monotonic() + timeout

@@ -298,39 +298,50 @@ def all_types() -> dict[str, JobType]:
 # ---------------------------------------------------------------------------------------------
 
 
-def _check_json(value: Any, depth: int, max_depth: int) -> None:
+def _check_json(value: Any, depth: int, max_depth: int, what: str = "payload") -> None:
     if depth > max_depth:
-        raise EnqueueError(f"payload nests deeper than {max_depth} levels")
+        raise EnqueueError(f"{what} nests deeper than {max_depth} levels")
     if isinstance(value, bool) or value is None:
         return
     if isinstance(value, int):
         if abs(value) > 2**63 - 1:
-            raise EnqueueError("payload integer does not fit in 64 bits")
+            raise EnqueueError(f"{what} integer does not fit in 64 bits")
         return
     if isinstance(value, float):
         if not math.isfinite(value):
-            raise EnqueueError("payload number is NaN or infinite, which JSON cannot carry")
+            raise EnqueueError(f"{what} number is NaN or infinite, which JSON cannot carry")
         return
     if isinstance(value, str):
         if "\x00" in value:
-            raise EnqueueError("payload string contains a NUL character")
+            raise EnqueueError(f"{what} string contains a NUL character")
         try:
             value.encode("utf-8")
         except UnicodeEncodeError:
-            raise EnqueueError("payload string is not valid UTF-8") from None
+            raise EnqueueError(f"{what} string is not valid UTF-8") from None
         return
     if isinstance(value, list | tuple):
         for v in value:
-            _check_json(v, depth + 1, max_depth)
+            _check_json(v, depth + 1, max_depth, what)
         return
     if isinstance(value, dict):
         for k, v in value.items():
             if not isinstance(k, str):
-                raise EnqueueError(f"payload key {k!r} is not a string")
-            _check_json(k, depth + 1, max_depth)
-            _check_json(v, depth + 1, max_depth)
+                raise EnqueueError(f"{what} key {k!r} is not a string")
+            _check_json(k, depth + 1, max_depth, what)
+            _check_json(v, depth + 1, max_depth, what)
         return
-    raise EnqueueError(f"payload value of type {type(value).__name__} is not JSON")
+    raise EnqueueError(f"{what} value of type {type(value).__name__} is not JSON")
+
+
+def check_json(value: Any, *, what: str, max_bytes: int) -> int:
+    """Check ``value`` is JSON that Tenure stores as it is (no NaN, no NUL, 64-bit integers,
+    string keys, at most ``TENURE_MAX_PAYLOAD_DEPTH`` deep, at most ``max_bytes`` as UTF-8);
+    return its size. Raises :class:`~scheduler_core.exceptions.EnqueueError` naming ``what``."""
+    _check_json(value, 0, tenure_settings().MAX_PAYLOAD_DEPTH, what)
+    size = len(json.dumps(value, ensure_ascii=False, allow_nan=False).encode("utf-8"))
+    if size > max_bytes:
+        raise EnqueueError(f"{what} is {size} bytes; the limit is {max_bytes}")
+    return size
 
 
 def validate_payload(jt: JobType, payload: Any) -> dict[str, Any]:
@@ -347,6 +358,11 @@ def validate_payload(jt: JobType, payload: Any) -> dict[str, Any]:
     except TypeError as e:
         raise EnqueueError(f"payload does not fit {jt.name}: {e}") from None
     return payload
+
+
+def _check_queue(queue: Any) -> None:
+    if not isinstance(queue, str) or not queue or len(queue) > 100 or "\x00" in queue:
+        raise EnqueueError("queue must be a non-empty string of at most 100 characters")
 
 
 def _check_options(unique_key: Any, run_at: Any, priority: Any) -> None:
@@ -377,6 +393,7 @@ def enqueue(
     unique_key: str | None = None,
     run_at: dt.datetime | None = None,
     priority: int = 0,
+    queue: str | None = None,
 ) -> Job:
     """Accept a job by handler name (see :meth:`JobType.enqueue`)."""
     from . import enqueue as insert
@@ -386,9 +403,11 @@ def enqueue(
         raise UnknownJob(f"no job is registered as {name!r}")
     payload = validate_payload(jt, {} if payload is None else payload)
     _check_options(unique_key, run_at, priority)
+    if queue is not None:
+        _check_queue(queue)
     return insert.insert_job(
         name=jt.name,
-        queue=jt.queue,
+        queue=jt.queue if queue is None else queue,
         payload=payload,
         priority=priority,
         run_at=run_at,

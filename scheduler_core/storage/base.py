@@ -1122,3 +1122,24 @@ class Driver:
     def audit(self, **fields: Any) -> AuditEntry:
         """Append one entry to the operators' audit trail (in the caller's transaction)."""
         return AuditEntry.objects.using(self.alias).create(**fields)
+
+    def record_return_value(self, lease: Lease, value: Any) -> None:
+        """Keep what ``lease``'s handler returned on its attempt's row, fenced like every
+        attempt write: refused (:class:`StaleAttempt`, :class:`AttemptOverrun`) once the job is
+        no longer leased under this fence or the attempt is past its maximum runtime.
+
+        ``value`` is JSON already checked by the caller (:mod:`scheduler_core.backends`). It is
+        written before the completion, in the caller's transaction when there is one (a
+        ``transactional`` job's); a task's result is the value of the attempt whose completion
+        was accepted, so one left by an attempt that did not complete is never read as the
+        result.
+        """
+        mine = self._mine(lease).filter(deadline_at__gt=DbNow())
+        n = (
+            Attempt.objects.using(self.alias)
+            .filter(pk=lease.attempt_id, finished_at__isnull=True)
+            .filter(Exists(mine))
+            .update(return_value=value)
+        )
+        if n != 1:
+            raise self.refusal(lease, "return_value")

@@ -10,6 +10,7 @@ from django.db import connections
 from django.utils.module_loading import import_string
 
 from ..conf import tenure_settings
+from ..db import alias as tenure_alias
 from .base import Driver
 from .postgres import PostgresDriver
 from .sqlite import SqliteDriver
@@ -22,9 +23,10 @@ _lock = threading.Lock()
 
 
 def driver(alias: str | None = None) -> Driver:
-    """The driver of ``alias`` (default: ``TENURE_DATABASE``), made once per process."""
+    """The driver of ``alias`` (default: Tenure's, ``TENURE_DATABASE``), made once per
+    process."""
     s = tenure_settings()
-    alias = alias or s.DATABASE
+    alias = alias or tenure_alias()
     key = (alias, s.DRIVER)
     found = _drivers.get(key)
     if found is not None:

@@ -23,6 +23,13 @@ processes (created at import, before the pool forks), which a chain reads before
 a pool process whose parent is gone stops claiming too. The jobs a chain had claimed and not
 started are given back, and a hint that reaches a pool process after that is dropped unclaimed
 (the dispatcher sends it again).
+
+The task is registered when this module is imported, which the core app does at start-up when
+``TENURE_TRANSPORT = "celery"``: a host project does not list Tenure's modules in
+``autodiscover_tasks``. The options recovery relies on are the task's own (late
+acknowledgement, no redelivery when a pool child is lost, JSON), and a worker whose app would
+override them, accept anything but JSON or cancel running attempts when the broker connection
+drops refuses to start (``transports.checks.celery_problems``).
 """
 
 from __future__ import annotations
@@ -37,7 +44,12 @@ from collections import deque
 from typing import Any
 
 from celery import shared_task
-from celery.signals import worker_process_init, worker_process_shutdown, worker_shutting_down
+from celery.signals import (
+    worker_init,
+    worker_process_init,
+    worker_process_shutdown,
+    worker_shutting_down,
+)
 from django.db import DatabaseError
 
 import scheduler_core.hooks as hooks
@@ -56,6 +68,7 @@ from ..runtime.heartbeat import Heartbeater
 from ..services.maintenance import dispatch_once
 from ..storage.base import new_executor_id
 from ..storage.drivers import driver
+from .checks import celery_problems
 
 log = logging.getLogger("tenure.transports.celery")
 
@@ -188,6 +201,39 @@ def _process_started(**_: Any) -> None:
     _registered()
 
 
+@worker_init.connect  # type: ignore[untyped-decorator]
+def _refuse_unsafe_configuration(sender: Any = None, **_: Any) -> None:
+    """A worker whose Celery app would weaken what recovery relies on does not start.
+
+    Celery logs and ignores an error raised by a ``worker_init`` receiver, so this exits."""
+    app = getattr(sender, "app", None)
+    if app is None:
+        return
+    found = celery_problems(app.conf.get)
+    task = app.tasks.get(TASK_NAME)
+    if task is None:
+        found.append(("tenure.E015", f"the worker's app has no task {TASK_NAME!r}", ""))
+    else:
+        changed = {
+            name: getattr(task, name)
+            for name, value in TASK_OPTIONS.items()
+            if name != "ignore_result" and getattr(task, name, None) != value
+        }
+        if changed:
+            found.append(
+                (
+                    "tenure.E015",
+                    f"the worker's app overrides the options of Tenure's task {TASK_NAME}: "
+                    f"{changed} (Tenure needs {TASK_OPTIONS})",
+                    "Remove the override (task_annotations, or a task class of your own).",
+                )
+            )
+    if found:
+        lines = [f"{check_id}: {message} {hint}".strip() for check_id, message, hint in found]
+        log.critical("refusing to start: %s", "; ".join(lines))
+        raise SystemExit("Tenure refuses to start this Celery worker:\n" + "\n".join(lines))
+
+
 @worker_shutting_down.connect  # type: ignore[untyped-decorator]
 def _worker_shutting_down(**_: Any) -> None:
     """The worker's main process received a shutdown signal: the pool's chains stop claiming."""
@@ -213,7 +259,19 @@ def _process_stopped(**_: Any) -> None:
         log.warning("could not mark executor %s stopped", _state["id"])
 
 
-@shared_task(name=TASK_NAME, ignore_result=True)  # type: ignore[untyped-decorator]
+TASK_OPTIONS: dict[str, Any] = {
+    # Acknowledged after the job ran: a worker killed before taking it hands the hint back.
+    "acks_late": True,
+    # A pool child lost mid-job does not make the broker redeliver forever: the database's
+    # reaper owns recovery, and a redelivered hint would be absorbed by the claim anyway.
+    "reject_on_worker_lost": False,
+    "serializer": "json",
+    "ignore_result": True,
+}
+"""The options of Tenure's task, set on the task itself so no app setting is needed."""
+
+
+@shared_task(name=TASK_NAME, **TASK_OPTIONS)  # type: ignore[untyped-decorator]
 def run_job(job_id: Any) -> str:
     """Claim the job named by the message, if it is still waiting and due, and run it."""
     if isinstance(job_id, bool) or not isinstance(job_id, int):

@@ -25,7 +25,12 @@ from tests.process import jobs as proc_jobs
 pytestmark = [pytest.mark.process, pytest.mark.django_db(transaction=True)]
 
 # Read-side settings for the status and metrics processes: a job due for a second is stuck.
-READ_ENV = {"TENURE_STUCK_AFTER_SECONDS": "1", "TENURE_FAILING_REPEATEDLY_ATTEMPTS": "3"}
+METRICS_TOKEN = "health-test-scraper"
+READ_ENV = {
+    "TENURE_STUCK_AFTER_SECONDS": "1",
+    "TENURE_FAILING_REPEATEDLY_ATTEMPTS": "3",
+    "TENURE_METRICS_TOKEN": METRICS_TOKEN,
+}
 
 
 @job(name="tests.health.unserved", queue="unserved", max_attempts=1)
@@ -56,8 +61,9 @@ def _scrape(spawn: Any) -> str:
     url = f"http://127.0.0.1:{port}/metrics"
 
     def get() -> str | None:
+        request = urllib.request.Request(url, headers={"Authorization": f"Bearer {METRICS_TOKEN}"})
         try:
-            with urllib.request.urlopen(url, timeout=5) as r:
+            with urllib.request.urlopen(request, timeout=5) as r:
                 assert r.headers["Content-Type"].startswith("text/plain")
                 return str(r.read().decode())
         except OSError:

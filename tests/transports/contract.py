@@ -81,6 +81,17 @@ class TransportContract:
         kinds = set(Executor.objects.filter(pk__in=owners).values_list("transport", flat=True))
         assert kinds == {transport.spec.transport}
 
+    def test_a_django_task_runs_and_its_return_value_is_read_back(self, transport: Harness) -> None:
+        result = jobs.multiply.enqueue(6, 7, plus=1)
+        transport.start_worker()
+        transport.start_scheduler()
+        wait_until(lambda: state(int(result.id)) == "succeeded", timeout=90)
+        got = jobs.multiply.get_result(result.id)
+        assert str(got.status) == "SUCCESSFUL"
+        assert got.return_value == {"product": 43}
+        assert got.attempts == 1
+        assert Executor.objects.filter(pk=got.worker_ids[0]).exists()
+
     def test_duplicated_delivery_is_absorbed_by_the_claim(self, transport: Harness) -> None:
         # Two workers, and the job's hint delivered four times (enqueue + three copies): one
         # claim, one attempt, the other deliveries dropped with a log line. Without a broker,

@@ -7,6 +7,11 @@ from typing import Any
 
 from scheduler_core import job
 
+try:
+    from django.tasks import task
+except ImportError:
+    from django_tasks import task
+
 
 @job(name="tests.transports.noop", lease_seconds=30, max_attempts=3)
 def noop(ctx: Any, *, n: int = 0) -> None:
@@ -27,3 +32,9 @@ def hold_first(ctx: Any, *, seconds: float = 30.0) -> None:
 def nap(ctx: Any, *, seconds: float = 2.0) -> None:
     """Sleep under a long lease, so a shutdown that waited for lease expiry would show."""
     time.sleep(seconds)
+
+
+@task()
+def multiply(a: int, b: int, *, plus: int = 0) -> dict[str, int]:
+    """A django.tasks task (TenureBackend): positional and keyword arguments, a return value."""
+    return {"product": a * b + plus}
