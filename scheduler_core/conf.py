@@ -136,6 +136,9 @@ class TenureSettings:
     RETAIN_FAILED_SECONDS: float = 30 * 24 * 3600.0
     """The same for failed jobs; 0 keeps them forever. Jobs an operator acted on, and
     indeterminate jobs, are never deleted."""
+    HISTORY_KEEP_SECONDS: float = 2 * 24 * 3600.0
+    """How long the console's per-minute history (``MinuteStats``) is kept: its charts show the
+    last hour and the last day."""
     PRUNE_BATCH: int = 1000
     """The most jobs of each state one maintenance round deletes."""
     COUNTS_REFRESH_SECONDS: float = 30.0

@@ -92,6 +92,12 @@ class Job(models.Model):
     reason = models.TextField(
         blank=True, default="", help_text="Why the job is terminal, indeterminate or backing off."
     )
+    cancel_requested_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="An operator asked the running attempt to stop (database clock); the attempt "
+        "learns it at its next renewal. Audited in AuditEntry.",
+    )
 
     objects = TenureManager.from_queryset(JobQuerySet)()
 
@@ -365,3 +371,62 @@ class CountSnapshot(models.Model):
 
     def __str__(self) -> str:
         return f"{self.queue}/{self.name} {self.state}: {self.n}"
+
+
+class Queue(models.Model):
+    """An operator's settings for one queue: paused (claimed by no executor or transport) and
+    limits across every executor. A queue without a row has none of them; a row with none left
+    is deleted, so only queues an operator configured cost their claims anything."""
+
+    name = models.CharField(max_length=100, primary_key=True)
+    paused = models.BooleanField(default=False)
+    paused_by = models.CharField(max_length=150, blank=True, default="")
+    paused_reason = models.TextField(blank=True, default="")
+    paused_at = models.DateTimeField(null=True, blank=True)
+    max_leased = models.IntegerField(
+        null=True, blank=True, help_text="At most this many of the queue's jobs leased at once."
+    )
+    max_per_second = models.FloatField(
+        null=True, blank=True, help_text="At most this many claims of the queue per second."
+    )
+    tokens = models.FloatField(default=0.0, help_text="The rate limit's bucket (claims left).")
+    tokens_at = models.DateTimeField(null=True, blank=True)
+    version = models.IntegerField(default=1)
+    updated_at = models.DateTimeField()
+
+    objects = TenureManager()
+
+    class Meta:
+        db_table = "tenure_queue"
+
+    def __str__(self) -> str:
+        return f"queue {self.name}{' (paused)' if self.paused else ''}"
+
+
+class MinuteStats(models.Model):
+    """History for the console's charts, one row per (minute, queue, job type): attempts that
+    ended in that minute by outcome, and the queue wait of the claims made in it. Written by
+    ``run_scheduler`` for each minute once it is over; kept ``TENURE_HISTORY_KEEP_SECONDS``."""
+
+    minute = models.DateTimeField()
+    queue = models.CharField(max_length=100)
+    name = models.CharField(max_length=200)
+    succeeded = models.IntegerField(default=0)
+    failed = models.IntegerField(default=0)
+    indeterminate = models.IntegerField(default=0)
+    retried = models.IntegerField(default=0)
+    claims = models.IntegerField(default=0)
+    wait_p50_ms = models.FloatField(null=True, blank=True)
+    wait_p95_ms = models.FloatField(null=True, blank=True)
+
+    objects = TenureManager()
+
+    class Meta:
+        db_table = "tenure_minute_stats"
+        constraints = [
+            models.UniqueConstraint(fields=["minute", "queue", "name"], name="tenure_minute_key")
+        ]
+        indexes = [models.Index(fields=["minute"], name="tenure_minute_time")]
+
+    def __str__(self) -> str:
+        return f"{self.minute:%H:%M} {self.queue}/{self.name}"
