@@ -123,12 +123,12 @@ class TransportContract:
         driver().executor_stopped(consumer)
         assert Job.objects.get(pk=unsent.pk).hinted_at is None
         transport.start_worker()
-        # Resend age 0: the purged hint is as "old" as it will ever need to be. The lost hint
-        # is the dispatcher's to re-send; the one never sent, either its or that of the
-        # worker, which hints the jobs that waited for a consumer once it has registered.
+        # Resend age 0: the purged hint is as "old" as it will ever need to be. A Celery pool
+        # process also hints, once it has registered, the jobs that waited for a consumer
+        # (with the worker's own resend age), so there the dispatcher may find fewer to send.
         out = transport.scheduler_once(TENURE_REDISPATCH_AFTER_SECONDS="0")
-        if transport.spec.carries_messages:
-            assert "re-sent 2 hints" in out or "re-sent 1 hints" in out, out
+        if transport.spec.transport == "rq":
+            assert "re-sent 2 hints" in out, out
         for j in (unsent, lost):
             wait_until(lambda j=j: state(j.pk) == "succeeded", timeout=60)
             assert attempts(j.pk) == [(1, "succeeded")]
