@@ -23,7 +23,7 @@ from typing import IO, Any
 from .cluster import APP_PREFIX, PgCluster
 from .plan import DOWN_URL_ENV, Plan
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 MANAGE = str(ROOT / "manage.py")
 JOB_MODULES = "verifier.job_types"
 RESPAWN_EVERY = 3.0
