@@ -485,11 +485,10 @@ def _workload_sections(data: dict[str, Any], add: Callable[[str], None]) -> None
 CELERY_WHOLE_RUN_NOTE = (
     "The Celery executor's whole run includes a wait of its own: jobs enqueued before any "
     "worker has registered its queue get no message at enqueue (hints go only where a live "
-    "consumer takes them), and `run_scheduler`'s dispatcher (a round every "
-    "`TENURE_SWEEP_INTERVAL`, 1 s), which trusts a registry read that found no consumer for "
-    "1 s, hints them once a pool process has registered "
+    "consumer takes them); each pool process hints them once it has registered (and "
+    "`run_scheduler`'s dispatcher would in its next round) "
     '(docs/transports.md, "Hints go only where a consumer is known"). Its first job '
-    "column shows that wait."
+    "column shows that wait and the pool's start-up."
 )
 
 CELERY_NOTE = (
