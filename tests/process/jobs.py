@@ -26,6 +26,16 @@ def hold_first(ctx: Any, *, seconds: float = 30.0) -> None:
         pass
 
 
+@job(name="tests.proc.hold_first_4s", lease_seconds=4, max_attempts=5)
+def hold_first_4s(ctx: Any, *, seconds: float = 30.0) -> None:
+    """:func:`hold_first` with a 4 s lease: a bound of 1.5 leases leaves the reaper's round and
+    the next claim 2 s, enough for processes that a loaded machine schedules late."""
+    if ctx.attempt == 1:
+        time.sleep(seconds)
+    with ctx.effect("mark"):
+        pass
+
+
 @job(name="tests.proc.sleep", lease_seconds=2, max_attempts=5)
 def sleep(ctx: Any, *, seconds: float = 1.0) -> None:
     """Sleep on every attempt."""

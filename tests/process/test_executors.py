@@ -46,7 +46,7 @@ def test_four_executors_drain_2000_jobs_each_completed_once(spawn: Any) -> None:
 
 
 def test_sigkilled_executor_job_is_claimed_again_within_one_and_a_half_leases(spawn: Any) -> None:
-    j = jobs.hold_first.enqueue(seconds=30)
+    j = jobs.hold_first_4s.enqueue(seconds=30)
     a = executor(spawn)
     wait_until(lambda: Job.objects.get(pk=j.pk).state == "leased")
     # The replacement and the reaper are up before the kill, so start-up time is not measured.
@@ -62,7 +62,7 @@ def test_sigkilled_executor_job_is_claimed_again_within_one_and_a_half_leases(sp
     assert first.outcome == "lease_expired"
     assert second.outcome == "succeeded"
     # Bound by the database's clock: the last renewal of the dead owner to the new claim.
-    lease = jobs.hold_first.lease_seconds
+    lease = jobs.hold_first_4s.lease_seconds
     gap = (second.claimed_at - first.heartbeat_at).total_seconds()
     assert gap <= 1.5 * lease, f"reclaimed {gap:.2f}s after the last heartbeat"
 

@@ -22,13 +22,24 @@ pytestmark = [pytest.mark.process, pytest.mark.django_db(transaction=True)]
 FAST = {"TENURE_SWEEP_INTERVAL": "0.1"}
 
 
-def schedulers(spawn: Any, n: int = 3, env: dict[str, str] | None = None) -> list[Any]:
-    return [
-        spawn("run_scheduler", "--interval", "0.1", env={**FAST, **(env or {})}) for _ in range(n)
-    ]
+def schedulers(
+    spawn: Any, tmp_path: Path, n: int = 3, env: dict[str, str] | None = None
+) -> list[Any]:
+    procs = []
+    for i in range(n):
+        p = spawn(
+            "run_scheduler", "--interval", "0.1", env={**FAST, **(env or {})}, log=f"sched-{i}.log"
+        )
+        p.log_path = tmp_path / f"sched-{i}.log"
+        procs.append(p)
+    return procs
 
 
 def stop(procs: list[subprocess.Popen[bytes]]) -> None:
+    # A scheduler still starting up (slow on a loaded machine) has no SIGTERM handler yet and
+    # would die of the signal: wait until each says it is ready.
+    for p in procs:
+        wait_until(lambda p=p: b" ready " in p.log_path.read_bytes(), timeout=60)
     for p in procs:
         p.send_signal(signal.SIGTERM)
     for p in procs:
@@ -41,10 +52,10 @@ def fire_times(schedule: Schedule) -> list[dt.datetime]:
 
 @pytest.mark.postgres
 def test_three_schedulers_enqueue_each_interval_occurrence_once_even_after_a_stop(
-    spawn: Any,
+    spawn: Any, tmp_path: Path
 ) -> None:
     s = scheduling.create_schedule(name="every-second", job_name="demo.noop", interval_seconds=1)
-    procs = schedulers(spawn)
+    procs = schedulers(spawn, tmp_path)
     wait_until(lambda: Job.objects.filter(schedule=s).count() >= 3, timeout=90)
     # All schedulers stop answering for a while (shorter than the misfire grace) ...
     for p in procs:
@@ -116,7 +127,7 @@ def test_concurrent_fire_due_with_a_frozen_clock_enqueues_each_occurrence_once(
     [("skip", 1, []), ("run_once", 1, [5]), ("catch_up", 3, [25, 15, 5])],
 )
 def test_schedulers_returning_after_an_absence_apply_the_misfire_policy(
-    spawn: Any, policy: str, n: int, expected_minutes_ago: list[int]
+    spawn: Any, tmp_path: Path, policy: str, n: int, expected_minutes_ago: list[int]
 ) -> None:
     s = scheduling.create_schedule(
         name=f"misfire-{policy}",
@@ -130,7 +141,7 @@ def test_schedulers_returning_after_an_absence_apply_the_misfire_policy(
     # 5 minutes ahead, far beyond this test.
     now = driver().now().replace(microsecond=0)
     Schedule.objects.filter(pk=s.pk).update(next_fire_at=now - dt.timedelta(minutes=105))
-    procs = schedulers(spawn, env={"TENURE_SCHEDULE_MISFIRE_GRACE_SECONDS": "5"})
+    procs = schedulers(spawn, tmp_path, env={"TENURE_SCHEDULE_MISFIRE_GRACE_SECONDS": "5"})
     wait_until(lambda: Schedule.objects.get(pk=s.pk).next_fire_at > now, timeout=120)
     time.sleep(1.0)  # every scheduler has had further rounds to (wrongly) add more
     stop(procs)

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import logging
+import os
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
 from scheduler_core.services.maintenance import Maintenance
+
+log = logging.getLogger("tenure.maintenance")
 
 
 class Command(BaseCommand):
@@ -19,4 +23,6 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **opts: Any) -> None:
         m = Maintenance(interval=opts["interval"])
         m.install_signal_handlers()
+        # Said once its signal handlers are in place: from here SIGTERM stops it cleanly.
+        log.info("run_scheduler %d ready (a round every %.1fs)", os.getpid(), m.interval)
         m.run(rounds=1 if opts["once"] else None)
