@@ -21,7 +21,7 @@ from django.db.models import Exists, OuterRef
 
 from ..domain import states
 from ..domain.outcomes import Decision
-from ..exceptions import EffectsUnsettled, StaleAttempt
+from ..exceptions import EffectsUnsettled, JobCancelled, StaleAttempt
 from ..models import Attempt, AuditEntry, Effect, EffectEvent, Job
 from .base import (
     ATTEMPT_INSERT,
@@ -109,7 +109,7 @@ class SqliteDriver(Driver):
             try:
                 self.complete(lease)
                 matched.add(lease.job_id)
-            except (StaleAttempt, EffectsUnsettled):
+            except (StaleAttempt, EffectsUnsettled, JobCancelled):
                 pass  # left out; the caller asks why once the rest has committed
         got = self.claim(executor=executor, queues=queues, limit=limit) if limit > 0 else []
         return None, matched, got

@@ -32,6 +32,7 @@ from scheduler_core.exceptions import (
     StaleAttempt,
 )
 from scheduler_core.models import Attempt, AuditEntry, Effect, Job
+from scheduler_core.runtime import worker
 from scheduler_core.runtime.attempt import end_cancelled, run_lease
 from scheduler_core.runtime.context import JobContext
 from scheduler_core.runtime.heartbeat import Heartbeater
@@ -243,6 +244,23 @@ def test_a_handler_that_returns_after_the_request_without_an_effect_ends_cancell
         row.reason
         == "cancelled by operator while running: the handler ended with no effect applied"
     )
+    assert Attempt.objects.get(job=row).outcome == "cancelled"
+
+
+@pytest.mark.parametrize("group_commit", [False, True])
+def test_the_executor_loop_ends_a_handler_returning_after_the_request_cancelled(
+    group_commit: bool,
+) -> None:
+    """The completion the executor writes for a handler that returned, on its own or together
+    with other threads' (``group_commit``, the path a Celery chain's completions share), is
+    refused after the request: the job ends cancelled, never succeeded."""
+    j = returns.enqueue()
+    stats = worker.Worker(
+        queues=[Q], concurrency=1, burst=True, poll_interval=0.05, group_commit=group_commit
+    ).run()
+    row = Job.objects.get(pk=j.pk)
+    assert row.state == "cancelled"
+    assert stats.outcomes.get("cancelled") == 1
     assert Attempt.objects.get(job=row).outcome == "cancelled"
 
 
