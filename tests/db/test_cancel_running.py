@@ -23,7 +23,8 @@ from django.test import Client
 from django.urls import reverse
 
 from scheduler_core import job
-from scheduler_core.domain import outcomes
+from scheduler_core.domain import outcomes, states
+from scheduler_core.domain.outcomes import Decision
 from scheduler_core.exceptions import (
     ActionConflict,
     ActionRefused,
@@ -31,7 +32,7 @@ from scheduler_core.exceptions import (
     JobCancelled,
     StaleAttempt,
 )
-from scheduler_core.models import Attempt, AuditEntry, Effect, Job
+from scheduler_core.models import Attempt, AuditEntry, Effect, Job, StaleWrite
 from scheduler_core.runtime import worker
 from scheduler_core.runtime.attempt import end_cancelled, run_lease
 from scheduler_core.runtime.context import JobContext
@@ -114,6 +115,14 @@ def ignores(ctx: Any) -> None:
 @job(name="tests.cancel.raises_unasked", queue=Q, max_attempts=3)
 def raises_unasked(ctx: Any) -> None:
     raise JobCancelled("nobody asked")
+
+
+@job(name="tests.cancel.transactional", queue=Q, effect="transactional")
+def transactional(ctx: Any) -> None:
+    # The handler's own write, in the job's transaction (a row of a table the test can read).
+    StaleWrite.objects.create(job_id=ctx.job_id, fence=ctx.fence, write="handler", executor="h")
+    renew()
+    ctx.check_cancelled()
 
 
 def claim(j: Job) -> Lease:
@@ -332,3 +341,27 @@ def test_past_its_deadline_a_cancelled_attempt_is_refused_as_overrunning() -> No
         driver().heartbeat(lease)
     with pytest.raises(AttemptOverrun):
         driver().effect_intend(lease, "send")
+
+
+def test_a_transactional_handler_that_stops_rolls_its_writes_back_and_ends_cancelled() -> None:
+    j = transactional.enqueue()
+    lease = claim(j)
+    request_cancel(j.pk)  # before the handler's transaction begins
+    assert run_lease(lease, heartbeater=HB) == "cancelled"
+    assert Job.objects.get(pk=j.pk).state == "cancelled"
+    assert not StaleWrite.objects.filter(job_id=j.pk, write="handler").exists()
+
+
+def test_an_operator_retry_clears_a_request_the_attempt_never_answered() -> None:
+    j = cooperative.enqueue()
+    lease = claim(j)
+    request_cancel(j.pk)
+    # The attempt fails before its next renewal told it: the job fails with the request kept.
+    driver().finish(lease, Decision(transition=states.FAIL, reason="permanent"), outcome="failed")
+    row = Job.objects.get(pk=j.pk)
+    assert row.state == "failed" and row.cancel_requested_at is not None
+    operator.operator_action(
+        j.pk, action="retry", expected_version=row.version, actor="olivia", reason="try again"
+    )
+    row = Job.objects.get(pk=j.pk)
+    assert row.state == "waiting" and row.cancel_requested_at is None
