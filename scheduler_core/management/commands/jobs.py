@@ -56,7 +56,8 @@ class Command(BaseCommand):
             "--fact",
             dest="verified",
             default="",
-            choices=sorted(operator.VERIFIED_FACTS),
+            # The facts a retry or a resolve states (operator.VERIFIED_FACTS, give_up aside).
+            choices=["applied", "not_applied", "same_key"],
             help="The fact you verified at the destination.",
         )
         parser.add_argument(
