@@ -5,18 +5,21 @@ form) and names the lifecycle transition that call takes (``scheduler_core.domai
 states an action is offered for are that transition's sources, never a list of their own, so
 the dashboard cannot offer what the lifecycle forbids nor hide what it allows. On top of the
 state, only two things narrow the choice: whether the job needs a verified fact
-(:func:`scheduler_core.services.operator.needs_fact`) and the job's effect mode. The store re-checks
-everything inside the write.
+(:func:`scheduler_core.services.operator.needs_fact`) and the job's effect mode (and a running
+job's cancel is offered once: not while a request is recorded). The store re-checks everything
+inside the write.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 
+from scheduler_core.conf import tenure_settings
 from scheduler_core.domain import states
 from scheduler_core.domain.modes import GUARANTEES, EffectMode
-from scheduler_core.models import Effect, Job
+from scheduler_core.models import AuditEntry, Effect, Job
 from scheduler_core.services import operator
 
 STORE_ACTIONS: dict[str, str] = {
@@ -24,6 +27,7 @@ STORE_ACTIONS: dict[str, str] = {
     states.OP_RESOLVE.name: "resolve",
     states.OP_CANCEL.name: "cancel",
     states.OP_GIVE_UP.name: "give_up",
+    states.OP_REQUEST_CANCEL.name: "cancel_running",
 }
 """The ``operator_action(action=...)`` that takes each operator transition."""
 
@@ -71,6 +75,8 @@ class ActionSpec:
         """
         if job.state not in self.states:
             return False
+        if self.transition == states.OP_REQUEST_CANCEL and job.cancel_requested_at is not None:
+            return False  # asked once already; the attempt has yet to answer
         if self.modes is not None and job.effect not in self.modes:
             return False
         if self.fact is None:
@@ -126,6 +132,14 @@ ACTIONS: tuple[ActionSpec, ...] = (
         fact=None,
         danger=True,
     ),
+    ActionSpec(
+        key="cancel-running",
+        transition=states.OP_REQUEST_CANCEL,
+        verified="",
+        label="Cancel",
+        fact=None,
+        danger=True,
+    ),
 )
 BY_KEY: dict[str, ActionSpec] = {a.key: a for a in ACTIONS}
 
@@ -149,6 +163,8 @@ def article(word: str) -> str:
 
 def not_available(spec: ActionSpec, job: Job) -> str:
     """Why ``spec`` is not offered for ``job``: its state, its mode or its need of a fact."""
+    if spec.transition == states.OP_REQUEST_CANCEL and job.cancel_requested_at is not None:
+        return "A cancel of this running job was already requested; its attempt has yet to stop."
     if job.state in spec.states and (spec.modes is None or job.effect in spec.modes):
         this = f"this {job.state} {job.effect} job"
         if spec.fact:
@@ -223,7 +239,64 @@ def statement(spec: ActionSpec, job: Job, effects: Sequence[Effect]) -> str:
                 "stay unknown."
             )
         return text
+    if spec.key == "cancel-running":
+        every = job.lease_seconds * tenure_settings().HEARTBEAT_FRACTION
+        text = (
+            "The running attempt is asked to stop; it learns it at its next heartbeat (about "
+            f"every {every:g}s). The handler must cooperate (ctx.cancelled, "
+            "ctx.check_cancelled()): nothing interrupts it. From the request on, no new effect "
+            "starts: the database refuses every effect intent. Effects already applied stay "
+            "applied and are not undone; if the handler returns after one was applied, the job "
+            "ends succeeded and its page says so. Otherwise it ends cancelled. A handler that "
+            f"ignores the request runs until its maximum runtime ({job.timeout_seconds:g}s) and "
+            "is then ended as any overrunning attempt."
+        )
+        if unsettled:
+            text += (
+                f" The ledger holds {len(unsettled)} effect(s) whose outcome is unknown; they "
+                "stay unknown."
+            )
+        return text
     raise ValueError(f"no statement for {spec.key!r}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class CancelRequest:
+    """A running job's cancel request, for the job page: when, by whom, why, what came of it."""
+
+    at: datetime
+    by: str
+    reason: str
+    outcome: str
+
+
+def cancel_request(job: Job) -> CancelRequest | None:
+    """The cancel request recorded on ``job`` (None: none), with its audit row's actor and
+    reason and, in words, what the attempt did about it."""
+    if job.cancel_requested_at is None:
+        return None
+    audit = (
+        AuditEntry.objects.filter(job=job, action="cancel_running").order_by("-created_at").first()
+    )
+    if job.state == states.State.LEASED:
+        outcome = "Waiting for the running attempt to stop (it learns it at its next heartbeat)."
+    elif job.state == states.State.CANCELLED:
+        outcome = "The attempt stopped: the job was cancelled."
+    elif job.state == states.State.SUCCEEDED:
+        outcome = (
+            "Cancel requested after its effect was applied: the handler returned and the job "
+            "succeeded."
+        )
+    else:
+        outcome = (
+            f"The attempt did not stop; the job is now {job.state} ({job.reason or 'no reason'})."
+        )
+    return CancelRequest(
+        at=job.cancel_requested_at,
+        by=audit.actor if audit else "unknown",
+        reason=audit.reason if audit else "",
+        outcome=outcome,
+    )
 
 
 BULK_LABELS = {"retry": "Retry failed jobs", "cancel": "Cancel jobs"}

@@ -155,6 +155,7 @@ def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
     job = get_object_or_404(Job, pk=job_id)
     context = queries.job_record(job)
     context["actions"] = actions.offered(job) if _can_operate(request) else []
+    context["cancel_request"] = actions.cancel_request(job)
     context["nav"] = "jobs"
     return render(request, "admin_ui/job_detail.html", context)
 

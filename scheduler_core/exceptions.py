@@ -96,8 +96,20 @@ class EffectsUnsettled(Indeterminate):
 
 
 class JobCancelled(TenureError):
-    """The job was cancelled by an operator before it ran to an end: the last error of a
-    cancelled ``django.tasks`` task's result (:mod:`scheduler_core.backends`)."""
+    """The job was cancelled by an operator before it ran to an end.
+
+    Raised to a running handler by ``ctx.check_cancelled()`` and by ``ctx.effect(...)`` once an
+    operator asked the attempt to stop (the database refuses every effect intent after the
+    request); a handler lets it propagate and the attempt ends the job ``cancelled``. It is also
+    the last error of a cancelled ``django.tasks`` task's result (:mod:`scheduler_core.backends`).
+    """
+
+    def __init__(self, message: str = "", *, job_id: int | None = None, write: str = "") -> None:
+        super().__init__(message or (f"job {job_id} was cancelled" if job_id else "cancelled"))
+        self.job_id = job_id
+        self.write = write
+        """The write the database refused because of the request (``complete``,
+        ``effect_intent``); empty when the handler raised it."""
 
 
 class ActionConflict(TenureError):

@@ -183,6 +183,18 @@ def unregistered(name: str, *, by_reaper: bool = False) -> Decision:
     )
 
 
+def after_cancel_request(*, handler_stopped: bool) -> Decision:
+    """Decide for an attempt that ends after an operator asked it to stop: the job is
+    ``cancelled``. ``handler_stopped`` says the handler raised the cancel (else it returned, or
+    failed, without an effect applied: a completion would have claimed work that was called off).
+    """
+    how = "the handler stopped" if handler_stopped else "the handler ended with no effect applied"
+    return Decision(
+        transition=states.CANCEL,
+        reason=f"cancelled by operator while running: {how}",
+    )
+
+
 def after_abandon(
     s: Situation,
     *,

@@ -7,6 +7,8 @@
        |--retry----------|   \\--ambiguous effect, no safe retry--> indeterminate
        |--lease expired, retry is safe (reaper)
     leased --lease expired, effect intended but not settled--> indeterminate
+    leased --operator asks the running attempt to stop--> leased (cancel requested)
+    leased --the attempt stops after the request (fenced)--> cancelled
     waiting | failed | indeterminate --operator--> cancelled | waiting | succeeded
 
 This module is pure: it names the states and transitions and answers whether a transition
@@ -80,7 +82,14 @@ REAP_RETRY = _t("reap_retry", {L}, W, fenced=True)
 REAP_FAIL = _t("reap_fail", {L}, F, fenced=True)
 REAP_PARK = _t("reap_park", {L}, I, fenced=True)
 OP_RETRY = _t("operator_retry", {F, I}, W, fenced=False, operator=True)
+CANCEL = _t("cancel", {L}, C, fenced=True)
+"""The attempt's own end after an operator's cancel request: its handler stopped (or returned
+without an applied effect). The write is also conditioned on the request being recorded."""
 OP_CANCEL = _t("operator_cancel", {W, F, I}, C, fenced=False, operator=True)
+OP_REQUEST_CANCEL = _t("operator_request_cancel", {L}, L, fenced=False, operator=True)
+"""An operator asks a running attempt to stop: the job stays leased and records the request
+(``Job.cancel_requested_at``); the attempt learns it at its next renewal and ends with
+:data:`CANCEL`."""
 OP_RESOLVE = _t("operator_resolve", {F, I}, S, fenced=False, operator=True)
 OP_GIVE_UP = _t("operator_give_up", {I}, F, fenced=False, operator=True)
 
@@ -94,8 +103,10 @@ TRANSITIONS: tuple[Transition, ...] = (
     REAP_RETRY,
     REAP_FAIL,
     REAP_PARK,
+    CANCEL,
     OP_RETRY,
     OP_CANCEL,
+    OP_REQUEST_CANCEL,
     OP_RESOLVE,
     OP_GIVE_UP,
 )

@@ -22,7 +22,7 @@ from ..domain import outcomes, states
 from ..domain.classify import PayloadMismatch, classify, retry_after_of
 from ..domain.modes import EffectMode
 from ..domain.outcomes import Decision, Kind, Reconciliation, Situation
-from ..exceptions import Snooze, StaleAttempt
+from ..exceptions import JobCancelled, Snooze, StaleAttempt
 from ..read import metrics
 from ..storage.base import Failure, Lease
 from ..storage.drivers import driver
@@ -51,7 +51,7 @@ def run_lease(
     """Run one claimed attempt and record its end through the write seam.
 
     Returns the attempt's outcome (``succeeded``, ``retried``, ``failed``, ``indeterminate``,
-    ``snoozed`` or ``stale``). A refused write stops the attempt; nothing more is written for
+    ``snoozed``, ``cancelled`` or ``stale``). A refused write stops the attempt; nothing more is written for
     it and the refusal is recorded. With ``next_claim``, a successful attempt's completion
     transaction also claims the executor's next job (see :class:`NextClaim`). With ``defer``,
     a successful attempt of a job that is not ``transactional`` is handed to ``defer`` instead
@@ -136,6 +136,11 @@ def _run(
         return "succeeded"
     except StaleAttempt:
         raise
+    except JobCancelled as exc:
+        # Raised by the handler (ctx.check_cancelled, a refused effect intent) or by the
+        # completion the database refused after an operator's request: either way the
+        # request is recorded, and the job ends cancelled.
+        return end_cancelled(ctx, exc, rng=rng)
     except Snooze as s:
         if ctx.ambiguous:
             # An effect's outcome became unknown in this attempt: waiting would not settle
@@ -147,7 +152,44 @@ def _run(
     except Exception as exc:
         # EffectsUnsettled (the completion refused while the ledger holds an effect that may
         # or may not have happened) lands here too: an Indeterminate, never a success.
+        if ctx.cancelled:
+            # Asked to stop, the handler failed on its way out: retrying would run work the
+            # operator called off.
+            return end_cancelled(ctx, exc, rng=rng)
         return _end_with_error(ctx, jt, exc, rng)
+
+
+def end_cancelled(ctx: JobContext, exc: BaseException, *, rng: random.Random | None = None) -> str:
+    """End ``ctx``'s attempt after an operator's cancel request: the job becomes ``cancelled``
+    (fenced, and conditioned on the request being recorded); returns the attempt's outcome.
+
+    Effects this attempt intended and did not settle stay unknown in the ledger; effects
+    already applied stay applied. A :class:`~scheduler_core.exceptions.JobCancelled` a handler
+    raised with no request recorded is an ordinary failure of the attempt.
+    """
+    lease = ctx.lease
+    # The handler stopped when it raised the cancel, or a refused effect intent did for it;
+    # a refused completion means it returned.
+    stopped = isinstance(exc, JobCancelled) and exc.write != states.COMPLETE.name
+    decision = outcomes.after_cancel_request(handler_stopped=stopped)
+    failure = Failure(
+        error_class="",
+        error_type=f"{type(exc).__module__}.{type(exc).__qualname__}",
+        message=str(exc),
+    )
+    try:
+        driver().finish(lease, decision, outcome="cancelled", failure=failure)
+    except StaleAttempt:
+        if driver().leased_job(lease) is None:
+            raise
+        # Still this attempt's, so no request was recorded: not a cancel at all.
+        jt = registry.get(lease.name)
+        if jt is None:
+            return _park_unregistered(ctx)
+        return _end_with_error(ctx, jt, exc, rng or random.Random())
+    ctx.mark_cancel_requested()
+    log.info("job %s (%s) attempt %s: cancelled", lease.job_id, lease.name, lease.attempt)
+    return "cancelled"
 
 
 def _park_unregistered(ctx: JobContext) -> str:

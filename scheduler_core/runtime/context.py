@@ -9,7 +9,7 @@ from types import TracebackType
 import scheduler_core.hooks as hooks
 
 from ..domain.classify import is_ambiguous_in_flight, is_refused_before_send
-from ..exceptions import Permanent, Snooze, StaleAttempt, Transient
+from ..exceptions import JobCancelled, Permanent, Snooze, StaleAttempt, Transient
 from ..models import Effect
 from ..storage.base import Lease
 from ..storage.drivers import driver
@@ -22,7 +22,8 @@ class JobContext:
 
     ``ctx.job_id`` is the work identity, ``ctx.attempt`` the attempt number (from 1) and
     ``ctx.fence`` the fencing token this attempt holds. ``ctx.effect(name)`` opens a fenced
-    effect record (see :class:`EffectScope`).
+    effect record (see :class:`EffectScope`). ``ctx.cancelled`` and ``ctx.check_cancelled()``
+    tell a handler that an operator asked it to stop (a cooperative cancel).
     """
 
     def __init__(self, lease: Lease) -> None:
@@ -34,6 +35,7 @@ class JobContext:
         self.name = lease.name
         self.payload = lease.payload
         self._lost = threading.Event()
+        self._cancel = threading.Event()
         self.lost_reason = ""
         self.ambiguous = False
         """True once an effect ended with its outcome unknown in this attempt."""
@@ -49,6 +51,34 @@ class JobContext:
             self.lost_reason = reason
             self._lost.set()
             log.warning("job %s fence %s: attempt lost (%s)", self.job_id, self.fence, reason)
+
+    @property
+    def cancelled(self) -> bool:
+        """Whether an operator has asked this attempt to stop (cheap, no query).
+
+        The attempt learns it at its next lease renewal (the heartbeat), or when the database
+        refuses an effect intent because of it. A handler that sees it should stop: raise
+        through :meth:`check_cancelled`, or return. From then on no effect starts
+        (``ctx.effect`` raises :class:`~scheduler_core.exceptions.JobCancelled`) and the job
+        ends ``cancelled``, unless an effect had already been applied and the handler returns.
+        """
+        return self._cancel.is_set()
+
+    def check_cancelled(self) -> None:
+        """Raise :class:`~scheduler_core.exceptions.JobCancelled` if an operator asked this
+        attempt to stop (cheap, no query): call it between steps; letting it propagate ends
+        the job ``cancelled``."""
+        if self._cancel.is_set():
+            raise JobCancelled(
+                f"job {self.job_id}: an operator asked the attempt to stop", job_id=self.job_id
+            )
+
+    def mark_cancel_requested(self) -> None:
+        """Called when the heartbeat's renewal (or a refused effect intent) reports the
+        operator's cancel request."""
+        if not self._cancel.is_set():
+            self._cancel.set()
+            log.info("job %s fence %s: cancel requested by an operator", self.job_id, self.fence)
 
     def check(self, write: str = "check") -> None:
         """Raise :class:`StaleAttempt` if the attempt has lost its lease (cheap, no query).
@@ -102,7 +132,12 @@ class EffectScope:
 
     def __enter__(self) -> EffectScope:
         self.ctx.check("effect_intent")
-        row = driver().effect_intend(self.ctx.lease, self.name)
+        try:
+            row = driver().effect_intend(self.ctx.lease, self.name)
+        except JobCancelled:
+            # The database refused the intent because an operator asked the attempt to stop.
+            self.ctx.mark_cancel_requested()
+            raise
         self.key = row.key
         self.done = row.state == Effect.APPLIED
         if not self.done:

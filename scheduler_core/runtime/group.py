@@ -11,12 +11,12 @@ from django.db import DatabaseError
 
 import scheduler_core.hooks as hooks
 
-from ..exceptions import EffectsUnsettled, StaleAttempt
+from ..exceptions import EffectsUnsettled, JobCancelled, StaleAttempt
 from ..models import Attempt
 from ..read import metrics
 from ..storage.base import Lease
 from ..storage.drivers import driver
-from .attempt import end_with_error
+from .attempt import end_cancelled, end_with_error
 from .completion import commit_and_read_back
 from .context import JobContext
 from .heartbeat import Heartbeater
@@ -128,6 +128,9 @@ def _refused_completion(ctx: JobContext, executor_id: str) -> str | None:
             # The handler returned, but an effect may or may not have happened: the attempt
             # ends as that ambiguous failure, under the job's effect mode.
             return end_with_error(ctx, why)
+        if isinstance(why, JobCancelled):
+            # An operator asked the attempt to stop and no effect was applied: cancelled.
+            return end_cancelled(ctx, why)
         # Taken over, or past its maximum runtime (AttemptOverrun).
         metrics.stale_refused(why.write)
         driver().record_stale(why, executor_id)

@@ -1,6 +1,7 @@
 """The heartbeat: one thread per process renews the leases of its running attempts, self-fences
 an attempt whose lease would run out by this process's clock, stops renewing one past its
-maximum runtime, and beats the executor's liveness row."""
+maximum runtime, tells an attempt an operator asked to stop (the renewal reports it), and
+beats the executor's liveness row."""
 
 from __future__ import annotations
 
@@ -117,7 +118,8 @@ class Heartbeater:
                     "heartbeat_late", job=ctx.job_id, fence=ctx.lease.fence, late=round(late, 3)
                 )
             try:
-                driver().heartbeat(ctx.lease)
+                if driver().heartbeat(ctx.lease):
+                    ctx.mark_cancel_requested()
                 a.last_renewed = sent
                 a.late_logged = False
                 took = time.monotonic() - sent

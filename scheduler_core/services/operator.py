@@ -1,5 +1,5 @@
-"""Operator actions — retry, cancel, resolve, give up — on one job or in bulk: the dashboard's
-and the command line's only way to change a job.
+"""Operator actions — retry, cancel, resolve, give up, and a cancel request to a running job —
+on one job or in bulk: the dashboard's and the command line's only way to change a job.
 
 Each action is decided here (which transition it means for this job, the attempt budget a
 retry grants, which verified fact it needs and about which effects, whether an earlier owner
@@ -61,7 +61,13 @@ def operator_action(
     effects: Sequence[str] = (),
     accept_in_flight: bool = False,
 ) -> ActionResult:
-    """Apply an operator's ``retry``, ``cancel``, ``resolve`` or ``give_up`` to one job.
+    """Apply an operator's ``retry``, ``cancel``, ``resolve``, ``give_up`` or ``cancel_running``
+    to one job.
+
+    ``cancel_running`` asks a running (leased) job's attempt to stop: it records
+    ``Job.cancel_requested_at`` (the database's clock) and leaves the job leased; the attempt
+    learns it at its next lease renewal and ends the job ``cancelled`` (see
+    :meth:`~scheduler_core.runtime.context.JobContext.cancelled`). A second request is refused.
 
     Conditioned on the job still having ``expected_version`` and a state the action may leave;
     otherwise :class:`ActionConflict` (nothing changes). The state change, the facts recorded
@@ -96,7 +102,12 @@ def operator_action(
             raise ActionRefused(f"unknown verified fact {verified!r}")
         t, fields, effect_state = _operator_plan(job, action, verified)
         if not t.applies_to(job.state):
-            raise ActionRefused(f"{action} does not apply to a {job.state} job")
+            raise ActionRefused(f"{action} does not apply to {_article(job.state)} job")
+        if t == states.OP_REQUEST_CANCEL and job.cancel_requested_at is not None:
+            raise ActionRefused(
+                f"a cancel of job {job_id} was already requested at "
+                f"{job.cancel_requested_at.isoformat(timespec='seconds')}"
+            )
         named = _facts_about(job, action, effect_state, effects)
         owners = d.in_flight_owners(job_id)
         if effect_state == Effect.NOT_APPLIED and owners and not accept_in_flight:
@@ -132,6 +143,14 @@ def operator_action(
                 "effects": [row.name for row in named],
                 "in_flight_owners": [o.executor for o in owners],
                 "accepted_in_flight": bool(owners and accept_in_flight),
+                **(
+                    {
+                        "cancel_requested_at": job.cancel_requested_at.isoformat(),
+                        "lease_owner": job.lease_owner,
+                    }
+                    if t == states.OP_REQUEST_CANCEL and job.cancel_requested_at
+                    else {}
+                ),
             },
         )
     return ActionResult(job=job, audit=audit)
@@ -165,14 +184,25 @@ def _facts_about(job: Job, action: str, effect_state: str, effects: Sequence[str
     return named
 
 
+def _article(word: str) -> str:
+    return f"{'an' if word[:1].lower() in 'aeiou' else 'a'} {word}"
+
+
 def _operator_plan(
     job: Job, action: str, verified: str
 ) -> tuple[states.Transition, dict[str, Any], str]:
     """Which transition an action means for this job, its extra fields, and the effect
     outcome the operator's fact records."""
     state = states.State(job.state)
+    if action == "cancel_running":
+        if verified:
+            raise ActionRefused("cancel_running records no verified fact")
+        return states.OP_REQUEST_CANCEL, {"cancel_requested_at": DbNow()}, ""
     if state == states.State.LEASED:
-        raise ActionRefused("a leased job cannot be retried, resolved or cancelled")
+        raise ActionRefused(
+            "a leased job cannot be retried, resolved or cancelled outright; ask its running "
+            "attempt to stop (cancel_running)"
+        )
     if action == "cancel":
         return states.OP_CANCEL, {"finished_at": DbNow(), "reason": "cancelled by operator"}, ""
     if action == "retry":
@@ -204,6 +234,8 @@ def _operator_plan(
                 "finished_at": None,
                 "next_kind": Kind.RUN.value,
                 "max_attempts": F("attempts") + budget,
+                # A cancel request an earlier attempt ignored does not follow the retry.
+                "cancel_requested_at": None,
                 "reason": f"retried by operator ({verified or 'failed job'})",
             },
             effect_state,

@@ -39,7 +39,13 @@ from ..conf import tenure_settings
 from ..domain import outcomes, states
 from ..domain.modes import EffectMode
 from ..domain.outcomes import Decision, Kind
-from ..exceptions import AttemptOverrun, EffectsUnsettled, Indeterminate, StaleAttempt
+from ..exceptions import (
+    AttemptOverrun,
+    EffectsUnsettled,
+    Indeterminate,
+    JobCancelled,
+    StaleAttempt,
+)
 from ..models import (
     Attempt,
     AuditEntry,
@@ -181,6 +187,17 @@ ATTEMPT_INSERT = """
 """
 """The Attempt row of each claimed job, read from the job as the claim left it (a driver
 adds its ``FROM``)."""
+
+HEARTBEAT_SQL = f"""
+    UPDATE tenure_job SET lease_expires_at = {{expiry}}, heartbeat_at = {{now}}
+    WHERE id = %s AND state = '{states.State.LEASED.value}' AND fence = %s
+        AND deadline_at > {{now}}
+    RETURNING cancel_requested_at
+"""
+"""The lease renewal, every driver's: ``{now}`` and ``{expiry}`` (the database's now plus the
+lease, its one placeholder first) are the vendor's expressions; then the job id and the fence.
+It returns whether an operator asked the attempt to stop, so the attempt learns it from the
+renewal it makes anyway."""
 
 PRUNABLE = (states.State.SUCCEEDED.value, states.State.FAILED.value)
 """The states whose jobs retention deletes."""
@@ -391,14 +408,17 @@ class Driver:
         still this attempt's (a driver's own statements say the same in their text)."""
         return {"fence": lease.fence}
 
-    def refusal(self, lease: Lease, write: str) -> StaleAttempt | EffectsUnsettled:
+    def refusal(self, lease: Lease, write: str) -> StaleAttempt | EffectsUnsettled | JobCancelled:
         """Why a fenced write on behalf of ``lease`` matched no row, as the exception to raise.
 
         :class:`StaleAttempt` when the job is no longer leased under this fence (or, for a write
         that needs it, the lease has expired); :class:`AttemptOverrun` when the attempt still holds
         the fence but is past its maximum runtime; for a completion, :class:`EffectsUnsettled`
-        when the ledger holds an effect that may or may not have happened. Read only after a
-        refusal, so the common path pays nothing for it.
+        when the ledger holds an effect that may or may not have happened, and
+        :class:`~scheduler_core.exceptions.JobCancelled` when an operator asked the attempt to
+        stop and no effect of the job was applied (a completion would claim work called off;
+        the caller ends the job ``cancelled``). Read only after a refusal, so the common path
+        pays nothing for it.
         """
         mine = self._mine(lease)
         if not mine.exists():
@@ -409,41 +429,73 @@ class Driver:
             keys = sorted(self.unsettled_of_job(lease.job_id).values_list("key", flat=True))
             if keys:
                 return EffectsUnsettled(lease.job_id, keys)
+            if mine.filter(cancel_requested_at__isnull=False).exists():
+                return JobCancelled(
+                    f"job {lease.job_id}: an operator asked the attempt to stop and no effect "
+                    "was applied",
+                    job_id=lease.job_id,
+                    write=write,
+                )
         return StaleAttempt(lease.job_id, lease.fence, write)
 
+    def renew_lease(self, lease: Lease) -> list[dict[str, Any]]:
+        """*Vendor.* :data:`HEARTBEAT_SQL` for ``lease``: its rows (one, or none when refused)."""
+        raise NotImplementedError
+
     def heartbeat(self, lease: Lease) -> bool:
-        """Extend the lease by ``lease_seconds`` from the database's now.
+        """Extend the lease by ``lease_seconds`` from the database's now; returns whether an
+        operator has asked the attempt to stop (``Job.cancel_requested_at``), read by the
+        renewal statement itself.
 
         Raises :class:`StaleAttempt` when the job is no longer leased under this fence, and
         :class:`AttemptOverrun` once the attempt is past its maximum runtime: a lease is never
-        renewed past the attempt's deadline, so a hung handler is not held forever.
+        renewed past the attempt's deadline, so a hung handler is not held forever (a cancel
+        request it ignores ends there too).
         """
         with transaction.atomic(using=self.alias):
-            n = (
-                self._mine(lease)
-                .filter(deadline_at__gt=DbNow())
-                .update(lease_expires_at=DbNow(lease.lease_seconds), heartbeat_at=DbNow())
-            )
-            if n != 1:
+            rows = self.renew_lease(lease)
+            if len(rows) != 1:
                 raise self.refusal(lease, "heartbeat")
             Attempt.objects.using(self.alias).filter(pk=lease.attempt_id).update(
                 heartbeat_at=DbNow(), lease_expires_at=DbNow(lease.lease_seconds)
             )
-        return True
+        return rows[0]["cancel_requested_at"] is not None
 
-    def assert_current(self, lease: Lease, write: str, *, lease_valid: bool = True) -> None:
+    def assert_current(
+        self, lease: Lease, write: str, *, lease_valid: bool = True, not_cancelled: bool = False
+    ) -> None:
         """Lock the job row and check ``lease`` still owns it (and, by default, is unexpired and
-        within its maximum runtime).
+        within its maximum runtime; with ``not_cancelled``, that no operator asked it to stop).
 
         Used before an effect starts: a paused attempt whose lease ran out, or a hung one past its
-        maximum runtime, cannot begin one, even if the reaper has not yet moved the job.
+        maximum runtime, cannot begin one, even if the reaper has not yet moved the job; nor can
+        an attempt asked to stop (:class:`~scheduler_core.exceptions.JobCancelled`).
         """
         qs = self._mine(lease)
         if lease_valid:
             qs = qs.filter(lease_expires_at__gt=DbNow(), deadline_at__gt=DbNow())
+        if not_cancelled:
+            qs = qs.filter(cancel_requested_at__isnull=True)
         # A no-op write takes the row lock, so the check holds until this transaction ends.
         if qs.update(heartbeat_at=F("heartbeat_at")) != 1:
-            raise self.refusal(lease, write)
+            raise (
+                self._refused_intent(lease, write) if not_cancelled else self.refusal(lease, write)
+            )
+
+    def _refused_intent(self, lease: Lease, write: str) -> Exception:
+        """Why an effect intent was refused: the attempt's ownership first, then a cancel
+        request (read only after a refusal)."""
+        why = self.refusal(lease, write)
+        if (
+            type(why) is StaleAttempt
+            and self._mine(lease).filter(cancel_requested_at__isnull=False).exists()
+        ):
+            return JobCancelled(
+                f"job {lease.job_id}: no effect starts after an operator asked the attempt to stop",
+                job_id=lease.job_id,
+                write=write,
+            )
+        return why
 
     def finish(
         self,
@@ -487,10 +539,19 @@ class Driver:
             guard = guard.filter(lease_expires_at__lt=DbNow(-expired_for))
         if t == states.COMPLETE:
             # Succeeded means the effect happened once: not past the attempt's maximum runtime,
-            # and never while the ledger says an effect may or may not have happened.
-            guard = guard.filter(deadline_at__gt=DbNow()).exclude(
-                Exists(self.unsettled_of_job(OuterRef("pk")))
+            # and never while the ledger says an effect may or may not have happened; after a
+            # cancel request, only when an effect had been applied (the work was done).
+            guard = (
+                guard.filter(deadline_at__gt=DbNow())
+                .exclude(Exists(self.unsettled_of_job(OuterRef("pk"))))
+                .filter(
+                    Q(cancel_requested_at__isnull=True)
+                    | Exists(self.applied_of_job(OuterRef("pk")))
+                )
             )
+        if t == states.CANCEL:
+            # An attempt ends its job cancelled only after an operator asked it to stop.
+            guard = guard.filter(cancel_requested_at__isnull=False)
         # No savepoint (two round trips per attempt): a refusal writes nothing and is raised after
         # the block, so an enclosing transaction (the reaper's loop) goes on; a database error
         # inside ends the enclosing transaction, as it does on PostgreSQL in any case.
@@ -569,6 +630,10 @@ class Driver:
         return Effect.objects.using(self.alias).filter(
             job_id=job, state__in=[Effect.INTENDED, Effect.UNKNOWN]
         )
+
+    def applied_of_job(self, job: Any) -> Any:
+        """The ledger rows of ``job`` (a value, or ``OuterRef("pk")``) recorded applied."""
+        return Effect.objects.using(self.alias).filter(job_id=job, state=Effect.APPLIED)
 
     def has_unsettled_effect(self, job_id: int) -> bool:
         """Whether an effect of the job may or may not have happened: its intent was recorded and
@@ -667,8 +732,10 @@ class Driver:
 
         Refused (:class:`StaleAttempt`) when the attempt no longer owns the job or its lease has
         expired by the database's clock, so a paused attempt cannot start a new effect, and
-        (:class:`AttemptOverrun`) past the attempt's maximum runtime. Returns the ledger row; a
-        row already ``applied`` is returned unchanged for the caller to skip.
+        (:class:`AttemptOverrun`) past the attempt's maximum runtime, and
+        (:class:`~scheduler_core.exceptions.JobCancelled`) once an operator asked the attempt to
+        stop: the statement's guard says ``cancel_requested_at IS NULL``. Returns the ledger row;
+        a row already ``applied`` is returned unchanged for the caller to skip.
 
         An earlier intent whose outcome is not known (``intended`` or ``unknown``) is followed
         according to the job's mode: ``idempotent`` starts again under the same key;
@@ -684,9 +751,13 @@ class Driver:
         paused mid-transaction holds no lock its replacement needs.
         """
         if self._in_job_transaction(lease):
-            live = self._mine(lease).filter(lease_expires_at__gt=DbNow(), deadline_at__gt=DbNow())
+            live = self._mine(lease).filter(
+                lease_expires_at__gt=DbNow(),
+                deadline_at__gt=DbNow(),
+                cancel_requested_at__isnull=True,
+            )
             if not live.exists():
-                raise self.refusal(lease, "effect_intent")
+                raise self._refused_intent(lease, "effect_intent")
             existing = (
                 Effect.objects.using(self.alias).filter(job_id=lease.job_id, name=name).first()
             )
@@ -699,7 +770,7 @@ class Driver:
                 fence=lease.fence,
             )
         with transaction.atomic(using=self.alias):
-            self.assert_current(lease, "effect_intent")
+            self.assert_current(lease, "effect_intent", not_cancelled=True)
             row = Effect.objects.using(self.alias).filter(job_id=lease.job_id, name=name).first()
             if row is None:
                 row = Effect.objects.using(self.alias).create(

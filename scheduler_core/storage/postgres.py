@@ -31,10 +31,12 @@ from .base import (
     ATTEMPT_INSERT,
     CLAIM_SET,
     CLAIMED_JOB_COLUMNS,
+    HEARTBEAT_SQL,
     PRUNABLE,
     Driver,
     Lease,
     leases_from_rows,
+    named_rows,
 )
 from .clock import to_datetime
 from .floors import FLOORS
@@ -163,7 +165,8 @@ def complete_ctes(fence_match: str) -> str:
     :meth:`PostgresDriver._complete_params`): :meth:`Driver.finish`'s writes for ``COMPLETE``
     (``tests/db/test_bulk_and_fast_paths.py`` checks the two leave the same rows), each job
     fenced by its own lease (``fence_match``), refused past the attempt's deadline or while the
-    ledger holds an effect that may or may not have happened (an index probe per job)."""
+    ledger holds an effect that may or may not have happened (an index probe per job), and
+    after an operator's cancel request unless an effect of the job was applied."""
     return f"""
         done AS (
             SELECT * FROM unnest(%s::bigint[], %s::bigint[], %s::bigint[]) AS d(jid, jfence, aid)
@@ -179,6 +182,9 @@ def complete_ctes(fence_match: str) -> str:
                 AND NOT EXISTS (
                     SELECT 1 FROM tenure_effect AS e WHERE e.job_id = tenure_job.id
                         AND e.state IN ('{Effect.INTENDED}', '{Effect.UNKNOWN}'))
+                AND (tenure_job.cancel_requested_at IS NULL OR EXISTS (
+                    SELECT 1 FROM tenure_effect AS e WHERE e.job_id = tenure_job.id
+                        AND e.state = '{Effect.APPLIED}'))
             RETURNING tenure_job.id
         ), attempt AS (
             UPDATE tenure_attempt SET outcome = 'succeeded', finished_at = clock_timestamp()
@@ -463,6 +469,13 @@ class PostgresDriver(Driver):
             [s.value for s in states.COMPLETE.sources],
             attempts,
         ]
+
+    def renew_lease(self, lease: Lease) -> list[dict[str, Any]]:
+        """:data:`~scheduler_core.storage.base.HEARTBEAT_SQL` with PostgreSQL's clock."""
+        sql = HEARTBEAT_SQL.format(now=PG_NOW, expiry=f"({PG_NOW} + make_interval(secs => %s))")
+        with self.connection.cursor() as cur:
+            cur.execute(sql, [float(lease.lease_seconds), lease.job_id, lease.fence])
+            return named_rows(cur)
 
     # -- wake-ups --------------------------------------------------------------------------
 

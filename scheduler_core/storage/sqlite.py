@@ -21,12 +21,13 @@ from django.db.models import Exists, OuterRef
 
 from ..domain import states
 from ..domain.outcomes import Decision
-from ..exceptions import EffectsUnsettled, StaleAttempt
+from ..exceptions import EffectsUnsettled, JobCancelled, StaleAttempt
 from ..models import Attempt, AuditEntry, Effect, EffectEvent, Job
 from .base import (
     ATTEMPT_INSERT,
     CLAIM_SET,
     CLAIMED_JOB_COLUMNS,
+    HEARTBEAT_SQL,
     PRUNABLE,
     Driver,
     Lease,
@@ -108,10 +109,21 @@ class SqliteDriver(Driver):
             try:
                 self.complete(lease)
                 matched.add(lease.job_id)
-            except (StaleAttempt, EffectsUnsettled):
+            except (StaleAttempt, EffectsUnsettled, JobCancelled):
                 pass  # left out; the caller asks why once the rest has committed
         got = self.claim(executor=executor, queues=queues, limit=limit) if limit > 0 else []
         return None, matched, got
+
+    def renew_lease(self, lease: Lease) -> list[dict[str, Any]]:
+        """:data:`~scheduler_core.storage.base.HEARTBEAT_SQL` with SQLite's clock."""
+        sql = HEARTBEAT_SQL.format(
+            now=SQLITE_NOW, expiry="strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now', %s)"
+        )
+        with self.connection.cursor() as cur:
+            cur.execute(
+                sql, [f"{float(lease.lease_seconds):+.6f} seconds", lease.job_id, lease.fence]
+            )
+            return named_rows(cur)
 
     def insert_job(self, fields: dict[str, Any]) -> Job | None:
         """The ORM's insert; a taken ``unique_key`` is found by the unique index (a savepoint

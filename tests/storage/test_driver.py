@@ -512,7 +512,7 @@ def test_heartbeat_extends_the_lease_from_the_database_clock() -> None:
     lease = claim_one()
     expire(lease, -1)  # one second left
     before = driver().now()
-    assert driver().heartbeat(lease) is True
+    assert driver().heartbeat(lease) is False  # renewed; no cancel requested
     after = driver().now()
     row = job_row(lease)
     assert between(row.lease_expires_at, before + LEASE, after + LEASE)

@@ -113,6 +113,12 @@ def test_operator_sees_the_actions_the_state_and_mode_allow(op_client: Client) -
     assert 'data-action="retry-same-key"' not in amo
     leased, _ = f.running()
     page = op_client.get(detail_url(leased)).content.decode()
+    # A running job offers only the cancel request, and once it is recorded, nothing.
+    assert 'data-action="cancel-running"' in page and page.count("data-action=") == 1
+    operator.operator_action(
+        leased.pk, action="cancel_running", expected_version=leased.version, actor="a", reason="r"
+    )
+    page = op_client.get(detail_url(leased)).content.decode()
     assert "data-action=" not in page and "is leased by" in page
 
 
@@ -321,6 +327,7 @@ def test_every_action_takes_its_lifecycle_transition_and_is_offered_for_its_sour
         "resolve-applied": lambda: f.with_unknown_effect(states.FAIL),
         "give-up": lambda: f.indeterminate("ui.charge"),
         "cancel": lambda: f.enqueue("ui.charge"),
+        "cancel-running": lambda: f.running("ui.charge")[0],
     }
     assert set(makers) == set(actions.BY_KEY)
     for spec in actions.ACTIONS:
@@ -341,7 +348,7 @@ def test_offered_actions_follow_the_lifecycle_the_need_of_a_fact_and_the_mode(
     table = {
         "waiting": (f.enqueue("ui.charge"), {"cancel"}),
         "waiting, effect unknown": (f.with_unknown_effect(states.RETRY), {"cancel"}),
-        "leased": (f.running("ui.charge")[0], set()),
+        "leased": (f.running("ui.charge")[0], {"cancel-running"}),
         "succeeded": (f.succeeded("ui.charge"), set()),
         "failed": (f.failed("ui.charge"), {"retry", "cancel"}),
         "failed, effect unknown": (f.with_unknown_effect(states.FAIL), fact | {"cancel"}),

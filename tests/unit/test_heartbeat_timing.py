@@ -58,7 +58,7 @@ def rig(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
             if state["fail"]:
                 raise DatabaseError("the database cannot be reached (test)")
             clock.t += state["took"]  # the reply comes back this much later
-            return True
+            return False  # renewed; no cancel requested
 
     fake = Driver()
     monkeypatch.setattr(heartbeat.time, "monotonic", clock)

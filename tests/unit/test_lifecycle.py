@@ -27,6 +27,9 @@ EXPECTED_EDGES = {
     (State.FAILED, State.SUCCEEDED),
     (State.INDETERMINATE, State.SUCCEEDED),
     (State.INDETERMINATE, State.FAILED),
+    # A running job's cancel: the operator's request keeps it leased, the attempt ends it.
+    (State.LEASED, State.LEASED),
+    (State.LEASED, State.CANCELLED),
 }
 
 
