@@ -96,7 +96,8 @@ def operator_action(
             raise ActionRefused(f"unknown verified fact {verified!r}")
         t, fields, effect_state = _operator_plan(job, action, verified)
         if not t.applies_to(job.state):
-            raise ActionRefused(f"{action} does not apply to a {job.state} job")
+            an = "an" if job.state[:1] in "aeiou" else "a"
+            raise ActionRefused(f"{action} does not apply to {an} {job.state} job")
         named = _facts_about(job, action, effect_state, effects)
         owners = d.in_flight_owners(job_id)
         if effect_state == Effect.NOT_APPLIED and owners and not accept_in_flight:
