@@ -118,8 +118,11 @@ def job_list(request: HttpRequest) -> HttpResponse:
             "known_queues": queries.known_queues(),
             "known_types": queries.known_job_types(),
         }
+        # htmx swaps only a 2xx answer in place: the search box's own request gets the
+        # message as a 200, so the operator sees why nothing is listed.
+        status = 200 if is_htmx(request) and not is_history_restore(request) else 400
         return render(
-            request, _template(request, "admin_ui/job_list.html", "results"), context, status=400
+            request, _template(request, "admin_ui/job_list.html", "results"), context, status=status
         )
     f = form.job_filter()
     limit = form.cleaned_data["limit"]
