@@ -208,3 +208,11 @@ def test_unknown_schedule_or_action_is_404(op_client: Client) -> None:
     s = make()
     assert op_client.get(reverse("admin_ui:schedule_detail", args=[999999])).status_code == 404
     assert op_client.get(confirm_url(s, "explode")).status_code == 404
+
+
+def test_an_occurrence_job_links_back_to_its_schedule(op_client: Client) -> None:
+    s = make()
+    _, j = scheduling.run_now(s.pk, expected_version=s.version, actor="t", reason="x")
+    html = op_client.get(reverse("admin_ui:job_detail", args=[j.pk])).content.decode()
+    assert f'href="/ops/schedules/{s.pk}/" data-schedule-link' in html
+    assert "(run now by an operator)" in html
