@@ -18,6 +18,7 @@ key inside them is named with a path instead. This module is pure: the drivers t
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -76,9 +77,19 @@ def _leaves(value: dict[str, Any], prefix: tuple[str, ...], out: list[Any], dept
                 f"{'.'.join(path)} is an array: search a value inside it by its own key path"
             )
         else:
+            _check_scalar(path, v)
             out.append((path, v))
     if len(out) > MAX_LEAVES:
         raise PayloadQueryError(f"a search compares at most {MAX_LEAVES} values")
+
+
+def _check_scalar(path: tuple[str, ...], v: Any) -> None:
+    """Numbers every database stores and compares: finite, integers within 64 bits."""
+    where = ".".join(path)
+    if isinstance(v, float) and not math.isfinite(v):
+        raise PayloadQueryError(f"{where}: {v} cannot be searched; use a finite number")
+    if isinstance(v, int) and not isinstance(v, bool) and not -(2**63) <= v < 2**63:
+        raise PayloadQueryError(f"{where}: the number is too large to search")
 
 
 def _value(text: str) -> Scalar | dict[str, Any]:
@@ -88,8 +99,6 @@ def _value(text: str) -> Scalar | dict[str, Any]:
         return text
     if isinstance(value, list):
         raise PayloadQueryError("an array value cannot be searched: name a key inside it")
-    if isinstance(value, float) and value != value:  # NaN equals nothing
-        raise PayloadQueryError("NaN cannot be searched")
     return value  # type: ignore[no-any-return]
 
 

@@ -86,6 +86,9 @@ def test_the_driver_condition_combines_with_other_filters() -> None:
         ('{"ids": [1, 2]}', "array"),
         ("ids=[1,2]", "array"),
         ('{"a\\"b": 1}', "cannot be searched"),
+        ("invoice_id=99999999999999999999", "too large"),
+        ("invoice_id=Infinity", "finite"),
+        ('{"invoice_id": NaN}', "finite"),
     ],
 )
 def test_bad_input_is_refused_with_a_message_and_lists_nothing(text: str, says: str) -> None:

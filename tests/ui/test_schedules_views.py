@@ -6,9 +6,11 @@ confirmation with a reason, version-checked, audited, refused to a viewer and wi
 from __future__ import annotations
 
 import datetime as dt
+import threading
 from typing import Any
 
 import pytest
+from django.db import connection
 from django.test import Client
 from django.urls import reverse
 
@@ -216,3 +218,37 @@ def test_an_occurrence_job_links_back_to_its_schedule(op_client: Client) -> None
     html = op_client.get(reverse("admin_ui:job_detail", args=[j.pk])).content.decode()
     assert f'href="/ops/schedules/{s.pk}/" data-schedule-link' in html
     assert "(run now by an operator)" in html
+
+
+def test_two_operators_running_one_schedule_now_from_one_page_make_one_job(
+    transactional_db: Any,
+) -> None:
+    """On PostgreSQL the two requests really race; on SQLite the write lock orders them."""
+    op = f.user("olivia", operate=True)
+    s = make(overlap="allow")
+    clients = []
+    for _ in range(2):
+        c = Client()
+        c.force_login(op)
+        clients.append(c)
+    barrier = threading.Barrier(2)
+    codes: list[int] = []
+    lock = threading.Lock()
+
+    def post(c: Client) -> None:
+        try:
+            barrier.wait()
+            code = act(c, s, "run-now").status_code
+            with lock:
+                codes.append(code)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=post, args=(c,)) for c in clients]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert sorted(codes) == [303, 409]
+    assert Job.objects.filter(schedule_id=s.pk).count() == 1
+    assert AuditEntry.objects.filter(action="run_schedule_now").count() == 1
