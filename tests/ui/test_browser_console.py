@@ -4,11 +4,13 @@ through its dialogs; a dialog takes focus and Escape closes it; the filters offe
 queues and job types; at 1280 px the job-type table is fully visible (or scrolls).
 
 Uses the browser fixtures of tests/ui/test_browser.py (Chromium at /usr/bin/chromium:
-required when ``CI=true``, skipped with the reason elsewhere).
+required when ``CI=true``, skipped with the reason elsewhere). ``TENURE_SCREENSHOTS=<dir>``
+also saves ``payload-search.png``, ``schedule.png`` and ``overview-1280.png`` there.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,9 +20,16 @@ from scheduler_core.models import AuditEntry, Job, Schedule
 from scheduler_core.services import scheduling
 
 from . import factories as f
-from .test_browser import browser, log_in, page  # noqa: F401  (fixtures)
+from .test_browser import SHOTS, browser, log_in, page  # noqa: F401  (fixtures)
 
 pytestmark = pytest.mark.ui
+
+
+def shot(page: Any, name: str) -> None:  # noqa: F811
+    """Save a screenshot when ``TENURE_SCREENSHOTS`` names a directory."""
+    if SHOTS:
+        Path(SHOTS).mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(Path(SHOTS) / name), full_page=True)
 
 
 def _tick(ctx: Any, **payload: Any) -> None:
@@ -50,6 +59,7 @@ def test_search_finds_the_job_of_invoice_1005(page: Any) -> None:  # noqa: F811
     assert rows.count() == 1
     assert f"/ops/jobs/{wanted.pk}/" in rows.first.inner_html()
     assert '"invoice_id":1005' in rows.first.inner_text()
+    shot(page, "payload-search.png")
     page.fill("#id_q", '{"customer": {"email": "a@b.c"}}')
     page.press("#id_q", "Enter")
     page.locator(f'a[href="/ops/jobs/{other.pk}/"]').first.wait_for()
@@ -93,6 +103,7 @@ def test_operator_pauses_a_schedule_and_runs_it_now(page: Any) -> None:  # noqa:
     j = Job.objects.get(schedule_id=s.pk)
     assert j.unique_key.startswith(f"schedule:{s.pk}:manual@")
     assert j.unique_key in page.inner_text("body")
+    shot(page, "schedule.png")
     assert set(AuditEntry.objects.values_list("action", flat=True)) == {
         "pause_schedule",
         "run_schedule_now",
@@ -156,3 +167,5 @@ def test_at_1280_px_the_job_type_table_is_fully_visible(page: Any) -> None:  # n
         scrolls = box["overflow"] == "auto" and box["sw"] > box["cw"]
         assert fits or scrolls, box
         assert fits, f"at {width} px the job-type table should fit: {box}"
+        if width == 1280:
+            shot(page, "overview-1280.png")
