@@ -306,9 +306,16 @@ def _job_conflict(
     )
     reason = form.cleaned_data["reason"]
     if spec.offered_for(job):
-        fresh = ActionForm(
-            initial={"version": job.version, "seen_state": job.state, "reason": reason}
-        )
+        initial: dict[str, Any] = {
+            "version": job.version,
+            "seen_state": job.state,
+            "reason": reason,
+        }
+        if spec.settles_effects:
+            unsettled = driver().unsettled_effects(job.pk)
+            if len(unsettled) == 1:
+                initial["effects"] = [unsettled[0].name]
+        fresh = ActionForm(initial=initial)
         context = _confirm_context(job, spec, fresh)
         context["changed"] = changed
         return render(request, "admin_ui/confirm.html", context, status=409)

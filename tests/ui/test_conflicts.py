@@ -11,8 +11,11 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
+from scheduler_core.domain import states
+from scheduler_core.domain.outcomes import Decision
 from scheduler_core.models import AuditEntry, Job
 from scheduler_core.services import operator
+from scheduler_core.storage.drivers import driver
 
 from . import factories as f
 
@@ -105,3 +108,45 @@ def test_a_bulk_count_changed_since_the_confirmation_says_so(op_client: Client) 
     assert "The jobs changed: the confirmation showed 2, you confirmed 2" in html
     assert "the filter now matches 1" in html
     assert "stop mail" in html
+
+
+def test_a_job_that_came_back_to_the_same_state_offers_the_action_again(
+    op_client: Client,
+) -> None:
+    job = f.indeterminate("ui.charge")
+    seen = job.version
+    operator.operator_action(
+        job.pk,
+        action="retry",
+        expected_version=seen,
+        actor="mallory",
+        reason="replay",
+        verified="same_key",
+    )
+    lease = f.claim(job)
+    driver().effect_intend(lease, "charge")
+    driver().finish(
+        lease,
+        Decision(transition=states.PARK, reason="indeterminate: timed out again"),
+        outcome="indeterminate",
+        failure=f._failure(f.FailureClass.INDETERMINATE, "timed out again"),
+    )
+    job.refresh_from_db()
+    assert job.state == "indeterminate" and job.version > seen
+    r = op_client.post(
+        reverse("admin_ui:job_action", args=[job.pk, "resolve-applied"]),
+        {
+            "version": seen,
+            "seen_state": "indeterminate",
+            "reason": "provider shows it captured",
+            "confirm": "on",
+            "effects": "charge",
+        },
+    )
+    assert r.status_code == 409
+    html = r.content.decode()
+    assert "State now <span" in html and f"version {seen} → {job.version}" in html
+    assert f"Attempt 2 on executor {f.EXECUTOR} ended (indeterminate)" in html
+    assert "provider shows it captured" in html
+    assert 'value="charge" id="id_effect_1" checked' in html
+    assert Job.objects.get(pk=job.pk).state == "indeterminate"
