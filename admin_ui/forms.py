@@ -6,6 +6,7 @@ from typing import Any
 
 from django import forms
 
+from scheduler_core.domain import payload_search
 from scheduler_core.domain.states import State
 
 from .queries import HEALTH_FILTERS, PAGE_SIZE_DEFAULT, PAGE_SIZE_MAX, JobFilter
@@ -22,11 +23,31 @@ class JobFilterForm(forms.Form):
 
     state = forms.ChoiceField(choices=_choices(s.value for s in State), required=False)
     health = forms.ChoiceField(choices=_choices(HEALTH_FILTERS), required=False)
-    queue = forms.CharField(max_length=100, required=False)
-    name = forms.CharField(max_length=200, required=False, label="Job type")
-    q = forms.CharField(max_length=300, required=False, label="Id or unique key")
+    queue = forms.CharField(
+        max_length=100, required=False, widget=forms.TextInput(attrs={"list": "known-queues"})
+    )
+    name = forms.CharField(
+        max_length=200,
+        required=False,
+        label="Job type",
+        widget=forms.TextInput(attrs={"list": "known-types"}),
+    )
+    q = forms.CharField(
+        max_length=300, required=False, label="Id, unique key or payload", strip=True
+    )
     before = forms.IntegerField(min_value=1, max_value=BIGINT_MAX, required=False)
     limit = forms.IntegerField(required=False)
+
+    def clean_q(self) -> str:
+        """A payload search (``{"invoice_id": 1005}``, ``customer.email=a@b.c``) must parse;
+        any other text is an id or part of a unique key."""
+        q = str(self.cleaned_data.get("q") or "")
+        if payload_search.looks_like_payload_query(q):
+            try:
+                payload_search.parse(q)
+            except payload_search.PayloadQueryError as e:
+                raise forms.ValidationError(f"Payload search: {e}") from None
+        return q
 
     def clean_limit(self) -> int:
         value = self.cleaned_data.get("limit")
@@ -65,6 +86,8 @@ class ActionForm(forms.Form):
     flight, the operator's acceptance of that."""
 
     version = forms.IntegerField(min_value=0, max_value=2**31 - 1, widget=forms.HiddenInput)
+    seen_state = forms.CharField(required=False, max_length=16, widget=forms.HiddenInput)
+    """The state the operator read, so a refusal can say what it became."""
     reason = forms.CharField(max_length=2000, widget=forms.Textarea(attrs={"rows": 3}))
     confirm = forms.BooleanField(
         required=True,
@@ -88,8 +111,11 @@ class BulkActionForm(ActionForm):
     """A bulk action: the count confirmed replaces the single version."""
 
     version = None  # type: ignore[assignment]
+    seen_state = None  # type: ignore[assignment]
     effects = None  # type: ignore[assignment]
     accept_in_flight = None  # type: ignore[assignment]
     confirmed_count = forms.IntegerField(
         min_value=0, max_value=BIGINT_MAX, label="Type the number of jobs to confirm"
     )
+    shown_count = forms.IntegerField(min_value=0, max_value=BIGINT_MAX, required=False)
+    """The count the confirmation showed, so a typo is told apart from a change."""

@@ -14,9 +14,19 @@ from typing import Any
 from django.db.models import Exists, OuterRef, Q, QuerySet
 
 from scheduler_core.api import registry
+from scheduler_core.domain import payload_search
 from scheduler_core.domain.modes import GUARANTEES, EffectMode, Guarantee
 from scheduler_core.domain.states import State
-from scheduler_core.models import Attempt, AuditEntry, Effect, EffectEvent, Executor, Job
+from scheduler_core.models import (
+    Attempt,
+    AuditEntry,
+    Effect,
+    EffectEvent,
+    Executor,
+    Job,
+    Queue,
+    Schedule,
+)
 from scheduler_core.read import health
 from scheduler_core.storage.base import InFlightOwner
 from scheduler_core.storage.drivers import driver
@@ -52,7 +62,11 @@ class JobFilter:
             qs = qs.filter(queue=self.queue)
         if self.name:
             qs = qs.filter(name=self.name)
-        if self.q:
+        if self.q and payload_search.looks_like_payload_query(self.q):
+            # A payload search: validated by the form; the driver says it in its database's
+            # terms (an index on PostgreSQL).
+            qs = qs.filter(driver().payload_contains(payload_search.parse(self.q)))
+        elif self.q:
             text = Q(unique_key__icontains=self.q)
             # An id fits a signed 64-bit column only up to 18 digits; longer text is a key.
             if self.q.isdigit() and len(self.q) <= 18:
@@ -103,6 +117,36 @@ def bulk_targets(f: JobFilter, action: str) -> QuerySet[Job]:
     if action == "cancel":
         return f.queryset().filter(state__in=[State.WAITING, State.FAILED, State.INDETERMINATE])
     raise ValueError(f"no bulk action {action!r}")
+
+
+def known_queues() -> list[str]:
+    """Queues the filters offer: every registered job type's, and every queue an operator
+    configured (a ``Queue`` row)."""
+    names = {jt.queue for jt in registry.all_types().values()}
+    names.update(Queue.objects.values_list("name", flat=True))
+    return sorted(names)
+
+
+def known_job_types() -> list[str]:
+    """Job types the filters offer: the registry's, and those schedules name."""
+    names = set(registry.all_types())
+    names.update(Schedule.objects.values_list("job_name", flat=True))
+    return sorted(names)
+
+
+def unknown_filter_values(f: JobFilter) -> list[dict[str, Any]]:
+    """The queue and job type of ``f`` that name nothing known: not offered by the filters
+    and held by no job. Asked only when a filter matched nothing, so a typo is said as one."""
+    out: list[dict[str, Any]] = []
+    if f.queue:
+        known = known_queues()
+        if f.queue not in known and not Job.objects.filter(queue=f.queue).exists():
+            out.append({"what": "queue", "value": f.queue, "known": known})
+    if f.name:
+        known = known_job_types()
+        if f.name not in known and not Job.objects.filter(name=f.name).exists():
+            out.append({"what": "job type", "value": f.name, "known": known})
+    return out
 
 
 def _rows(table: dict[str, dict[str, int]]) -> list[dict[str, Any]]:
@@ -237,6 +281,42 @@ def owner_status(job: Job, in_flight: list[InFlightOwner]) -> OwnerStatus | None
         executor_stopped_at=ex.stopped_at if ex else None,
         in_flight=any(o.fence == last.fence for o in in_flight),
     )
+
+
+def job_changes(job: Job, *, seen_version: int, seen_state: str) -> dict[str, Any]:
+    """What changed on a job since an operator read it at ``seen_version`` (in
+    ``seen_state``): its state and version then and now, and who moved it last, an operator
+    (the newest audit row) or an attempt (claimed, ended, or reaped once its lease ran out),
+    whichever came later."""
+    audit = AuditEntry.objects.filter(job=job).order_by("-created_at", "-id").first()
+    attempt = Attempt.objects.filter(job=job).order_by("-fence").first()
+    by, at, why = "", None, ""
+    attempt_at = (attempt.finished_at or attempt.claimed_at) if attempt else None
+    if audit is not None and (attempt_at is None or audit.created_at >= attempt_at):
+        by, at, why = f"By {audit.actor} ({audit.action})", audit.created_at, audit.reason
+    elif attempt is not None:
+        if attempt.finished_at is None:
+            by = f"Claimed by executor {attempt.executor} (attempt {attempt.number})"
+        elif attempt.outcome == "lease_expired":
+            by = (
+                f"The reaper ended attempt {attempt.number} of executor {attempt.executor}: "
+                "its lease ran out"
+            )
+        else:
+            by = (
+                f"Attempt {attempt.number} on executor {attempt.executor} ended "
+                f"({attempt.outcome or 'no outcome'})"
+            )
+        at = attempt_at
+    return {
+        "version_before": seen_version,
+        "version_now": job.version,
+        "state_before": seen_state,
+        "state_now": job.state,
+        "by": by,
+        "at": at,
+        "why": why,
+    }
 
 
 def job_record(job: Job) -> dict[str, Any]:

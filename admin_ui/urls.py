@@ -6,7 +6,7 @@ from django.urls import path
 
 import scheduler_core.views
 
-from . import views
+from . import schedule_views, views
 
 app_name = "admin_ui"
 urlpatterns = [
@@ -17,5 +17,17 @@ urlpatterns = [
     path("jobs/<int:job_id>/<slug:key>/", views.job_action, name="job_action"),
     path("bulk/<slug:action>/confirm/", views.bulk_confirm, name="bulk_confirm"),
     path("bulk/<slug:action>/", views.bulk_action, name="bulk_action"),
+    path("schedules/", schedule_views.schedule_list, name="schedule_list"),
+    path("schedules/<int:schedule_id>/", schedule_views.schedule_detail, name="schedule_detail"),
+    path(
+        "schedules/<int:schedule_id>/<slug:key>/confirm/",
+        schedule_views.schedule_confirm,
+        name="schedule_confirm",
+    ),
+    path(
+        "schedules/<int:schedule_id>/<slug:key>/",
+        schedule_views.schedule_action,
+        name="schedule_action",
+    ),
     path("metrics", scheduler_core.views.metrics_view, name="metrics"),
 ]

@@ -17,6 +17,7 @@ from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
 
 from scheduler_core.conf import tenure_settings
+from scheduler_core.domain import payload_search
 from scheduler_core.exceptions import ActionConflict, ActionRefused
 from scheduler_core.models import Effect, Job
 from scheduler_core.services import operator
@@ -110,9 +111,18 @@ def job_list(request: HttpRequest) -> HttpResponse:
     """Jobs filtered by state, health, queue, type or text; newest first, keyset pages."""
     form = JobFilterForm(request.GET)
     if not form.is_valid():
-        context = {"form": form, "invalid": True, "nav": "jobs"}
+        context = {
+            "form": form,
+            "invalid": True,
+            "nav": "jobs",
+            "known_queues": queries.known_queues(),
+            "known_types": queries.known_job_types(),
+        }
+        # htmx swaps only a 2xx answer in place: the search box's own request gets the
+        # message as a 200, so the operator sees why nothing is listed.
+        status = 200 if is_htmx(request) and not is_history_restore(request) else 400
         return render(
-            request, _template(request, "admin_ui/job_list.html", "results"), context, status=400
+            request, _template(request, "admin_ui/job_list.html", "results"), context, status=status
         )
     f = form.job_filter()
     limit = form.cleaned_data["limit"]
@@ -137,10 +147,17 @@ def job_list(request: HttpRequest) -> HttpResponse:
                         "url": f"{url}?{urlencode(f.params())}",
                     }
                 )
+    payload_query = ""
+    if f.q and payload_search.looks_like_payload_query(f.q):
+        payload_query = payload_search.parse(f.q).describe()
     context = {
         "form": form,
         "filter": f,
         "page": pg,
+        "payload_query": payload_query,
+        "unknown": [] if pg.jobs else queries.unknown_filter_values(f),
+        "known_queues": queries.known_queues(),
+        "known_types": queries.known_job_types(),
         "next_url": next_url,
         "first_url": first_url if form.cleaned_data["before"] else "",
         "bulk": bulk,
@@ -212,7 +229,7 @@ def action_confirm(request: HttpRequest, job_id: int, key: str) -> HttpResponse:
     job = get_object_or_404(Job, pk=job_id)
     if not spec.offered_for(job):
         return _not_available(request, spec, job)
-    initial: dict[str, Any] = {"version": job.version}
+    initial: dict[str, Any] = {"version": job.version, "seen_state": job.state}
     if spec.settles_effects:
         unsettled = driver().unsettled_effects(job.pk)
         # With one effect in question there is nothing to choose; with several, the operator
@@ -261,7 +278,7 @@ def job_action(request: HttpRequest, job_id: int, key: str) -> HttpResponse:
             accept_in_flight=form.cleaned_data["accept_in_flight"],
         )
     except ActionConflict as e:
-        return _problem(request, status=409, title="The job changed", message=str(e), back=back)
+        return _job_conflict(request, job, spec, form, str(e), back)
     except ActionRefused as e:
         return _problem(request, status=400, title="Refused", message=str(e), back=back)
     messages.success(
@@ -269,6 +286,52 @@ def job_action(request: HttpRequest, job_id: int, key: str) -> HttpResponse:
         f"{spec.label}: job {job.pk} {result.audit.state_before} → {result.audit.state_after}.",
     )
     return _see_other(back)
+
+
+def _job_conflict(
+    request: HttpRequest,
+    job: Job,
+    spec: actions.ActionSpec,
+    form: ActionForm,
+    message: str,
+    back: str,
+) -> HttpResponse:
+    """The 409 of a stale page: what changed, by whom and when, and the same action offered
+    again against the job as it is now with the operator's reason kept (or, when the job's
+    new state no longer allows it, the reason shown so it is not lost)."""
+    job.refresh_from_db()
+    changed = queries.job_changes(
+        job,
+        seen_version=form.cleaned_data["version"],
+        seen_state=form.cleaned_data.get("seen_state") or "",
+    )
+    reason = form.cleaned_data["reason"]
+    if spec.offered_for(job):
+        initial: dict[str, Any] = {
+            "version": job.version,
+            "seen_state": job.state,
+            "reason": reason,
+        }
+        if spec.settles_effects:
+            unsettled = driver().unsettled_effects(job.pk)
+            if len(unsettled) == 1:
+                initial["effects"] = [unsettled[0].name]
+        fresh = ActionForm(initial=initial)
+        context = _confirm_context(job, spec, fresh)
+        context["changed"] = changed
+        return render(request, "admin_ui/confirm.html", context, status=409)
+    return render(
+        request,
+        "admin_ui/problem.html",
+        {
+            "title": "The job changed",
+            "message": message,
+            "changed": changed,
+            "kept_reason": reason,
+            "back": back,
+        },
+        status=409,
+    )
 
 
 def _bulk_action_name(action: str) -> str:
@@ -311,6 +374,41 @@ def bulk_confirm(request: HttpRequest, action: str) -> HttpResponse:
     return render(request, _template(request, "admin_ui/bulk_confirm.html", "dialog"), context)
 
 
+def _bulk_count_conflict(
+    request: HttpRequest,
+    action: str,
+    f: queries.JobFilter,
+    form: BulkActionForm,
+    *,
+    typed: int,
+    matched: int,
+    back: str,
+) -> HttpResponse:
+    """The 409 of a bulk count that is not the filter's: a typo ("you typed N, the filter
+    now matches M") told apart from jobs that changed since the confirmation showed its
+    count; the confirmation offered again with the reason kept."""
+    shown = form.cleaned_data.get("shown_count")
+    if shown is not None and shown == typed:
+        mismatch = (
+            f"The jobs changed: the confirmation showed {shown}, you confirmed {typed}, and "
+            f"the filter now matches {matched}."
+        )
+    else:
+        mismatch = f"You typed {typed}, the filter now matches {matched}."
+    context = {
+        "action": action,
+        "label": actions.BULK_LABELS[action],
+        "filter": f,
+        "count": matched,
+        "statement": actions.bulk_statement(action, matched),
+        "form": BulkActionForm(initial={"reason": form.cleaned_data["reason"]}),
+        "back": back,
+        "max": operator.BULK_MAX,
+        "mismatch": mismatch,
+    }
+    return render(request, "admin_ui/bulk_confirm.html", context, status=409)
+
+
 @dashboard_view(methods=("POST",), operate=True)
 def bulk_action(request: HttpRequest, action: str) -> HttpResponse:
     """Apply retry or cancel to every job the filter matches, if the count is still the one
@@ -326,6 +424,12 @@ def bulk_action(request: HttpRequest, action: str) -> HttpResponse:
     if not form.is_valid():
         errors = "; ".join(f"{k}: {' '.join(str(m) for m in v)}" for k, v in form.errors.items())
         return _problem(request, status=400, title="Incomplete", message=errors, back=back)
+    typed = form.cleaned_data["confirmed_count"]
+    matched = queries.bulk_targets(f, action).count()
+    if typed != matched:
+        return _bulk_count_conflict(
+            request, action, f, form, typed=typed, matched=matched, back=back
+        )
     try:
         result = operator.bulk_operator_action(
             queries.bulk_targets(f, action),
@@ -334,8 +438,12 @@ def bulk_action(request: HttpRequest, action: str) -> HttpResponse:
             actor=request.user.get_username(),
             reason=form.cleaned_data["reason"],
         )
-    except ActionConflict as e:
-        return _problem(request, status=409, title="The jobs changed", message=str(e), back=back)
+    except ActionConflict:
+        # Changed between the count above and the write.
+        matched = queries.bulk_targets(f, action).count()
+        return _bulk_count_conflict(
+            request, action, f, form, typed=typed, matched=matched, back=back
+        )
     except ActionRefused as e:
         return _problem(request, status=400, title="Refused", message=str(e), back=back)
     messages.success(request, f"{actions.BULK_LABELS[action]}: {len(result.results)} jobs.")

@@ -69,7 +69,9 @@ GUARANTEES: dict[EffectMode, Guarantee] = {
         mode=EffectMode.AT_MOST_ONCE,
         mechanism="Nothing the destination can check; ambiguous attempts are never re-run.",
         promise="At most once: the effect may be lost, and each such job is parked visibly.",
-        needs="Nothing.",
+        needs="Nothing from the destination; an operator for each ambiguous attempt: the job "
+        "is parked indeterminate until someone checks the destination and resolves, retries "
+        "or gives it up.",
         on_ambiguity="Parked as indeterminate for an operator; never re-run automatically.",
     ),
 }

@@ -259,6 +259,14 @@ def occurrence_key(schedule_id: int, fire_at: dt.datetime) -> str:
     return f"schedule:{schedule_id}@{stamp}Z"
 
 
+def manual_occurrence_key(schedule_id: int, at: dt.datetime, token: str) -> str:
+    """The identity of an occurrence an operator asked for ("run now"), used as its job's
+    ``unique_key``: it names the schedule and the instant asked, and ``token`` (unique per
+    request) keeps it apart from every timed occurrence and from another request."""
+    stamp = at.astimezone(_UTC).strftime("%Y-%m-%dT%H:%M:%S")
+    return f"schedule:{schedule_id}:manual@{stamp}Z:{token}"
+
+
 @dataclass(frozen=True, kw_only=True)
 class Plan:
     """What one step of a due schedule does."""

@@ -7,13 +7,15 @@ conditional write (``WHERE id = ... AND next_fire_at = <what it read>``) and enq
 occurrences in the same transaction through :func:`scheduler_core.api.enqueue.insert_job`, so
 of any number of schedulers exactly one wins each step. :func:`fire_due` and
 :func:`sync_code_schedules` take ``now`` for tests and otherwise read the database's clock.
-Schedule rows are written here (they are not job state).
+Schedule rows are written here (they are not job state); the operator's actions on them
+(:func:`set_paused`, :func:`run_now`) are version-checked and audited like the job actions.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import logging
+import uuid
 from typing import Any
 
 from django.core.exceptions import ValidationError
@@ -23,7 +25,13 @@ from django.db.models import F
 from ..api import registry
 from ..api.enqueue import insert_job
 from ..conf import tenure_settings
-from ..domain.schedules import ScheduleSpec, first_fire_at, occurrence_key, plan
+from ..domain.schedules import (
+    ScheduleSpec,
+    first_fire_at,
+    manual_occurrence_key,
+    occurrence_key,
+    plan,
+)
 from ..domain.states import State
 from ..exceptions import ActionConflict, ActionRefused, EnqueueError
 from ..models import AuditEntry, Job, Schedule
@@ -140,10 +148,96 @@ def set_paused(
             actor=actor,
             action="pause_schedule" if paused else "resume_schedule",
             reason=reason[:4000],
+            state_after="paused" if paused else "active",
             version_before=expected_version,
             detail={"schedule_id": row.pk, "schedule": row.name, "paused": paused},
         )
     return row
+
+
+BUSY_STATES = (State.WAITING, State.LEASED)
+"""An occurrence in one of these states is still to finish: ``overlap="skip"`` waits for it."""
+
+
+def busy_occurrences(schedule_id: int) -> list[Job]:
+    """The schedule's occurrence jobs (timed or manual) still waiting or leased, oldest first."""
+    return list(
+        Job.objects.filter(schedule_id=schedule_id, state__in=BUSY_STATES).order_by("id")[:20]
+    )
+
+
+def run_now(
+    schedule_id: int, *, expected_version: int, actor: str, reason: str
+) -> tuple[Schedule, Job]:
+    """Enqueue one manual occurrence of a schedule now (an operator action).
+
+    The job gets its own unique key (:func:`~scheduler_core.domain.schedules.manual_occurrence_key`),
+    so it never takes the place of a timed occurrence, and leaves the schedule's timing alone.
+    Conditioned on the row's ``expected_version`` (the version is bumped, so a second submit of
+    the same page is a conflict, not a second job), audited in the same transaction. Refused
+    (:class:`ActionRefused`, nothing written) without a reason, for a row that does not
+    validate, and under ``overlap="skip"`` while an occurrence is still waiting or leased;
+    :class:`ActionConflict` when the row changed since the operator read it.
+    """
+
+    reason = (reason or "").strip()
+    if not reason:
+        raise ActionRefused("a reason is required")
+    d = driver()
+    with d.atomic():
+        row = Schedule.objects.filter(pk=schedule_id).first()
+        if row is None:
+            raise ActionRefused(f"schedule {schedule_id} does not exist")
+        if row.version != expected_version:
+            raise ActionConflict(
+                f"schedule {schedule_id} changed since version {expected_version}; reload"
+            )
+        try:
+            spec = validate_row(row)
+        except ValueError as e:
+            raise ActionRefused(f"schedule {row.name} cannot run: {e}") from None
+        busy = busy_occurrences(row.pk)
+        if spec.overlap == "skip" and busy:
+            which = ", ".join(f"job {j.pk} ({j.state})" for j in busy)
+            raise ActionRefused(
+                f"schedule {row.name} does not overlap its occurrences (overlap=skip) and "
+                f"{which} has not finished; wait for it, or cancel it first"
+            )
+        n = Schedule.objects.filter(pk=row.pk, version=expected_version).update(
+            version=F("version") + 1, updated_at=dt.datetime.now(_UTC)
+        )
+        if n != 1:
+            raise ActionConflict(
+                f"schedule {schedule_id} changed since version {expected_version}; reload"
+            )
+        jt = registry.get(row.job_name)
+        assert jt is not None  # validate_row checked it
+        now = d.now()
+        key = manual_occurrence_key(row.pk, now, uuid.uuid4().hex[:12])
+        job = insert_job(
+            name=jt.name,
+            queue=jt.queue,
+            payload=row.payload,
+            priority=0,
+            run_at=None,
+            max_attempts=jt.max_attempts,
+            lease_seconds=jt.lease_seconds,
+            unique_key=key,
+            effect=jt.effect.value,
+            timeout_seconds=jt.max_runtime,
+            schedule_id=row.pk,
+        )
+        AuditEntry.objects.create(
+            job=job,
+            actor=actor,
+            action="run_schedule_now",
+            reason=reason[:4000],
+            state_after=job.state,
+            version_before=expected_version,
+            detail={"schedule_id": row.pk, "schedule": row.name, "unique_key": key},
+        )
+        row.refresh_from_db()
+    return row, job
 
 
 _warned: set[tuple[int, str]] = set()

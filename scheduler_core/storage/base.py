@@ -39,6 +39,7 @@ from ..conf import tenure_settings
 from ..domain import outcomes, states
 from ..domain.modes import EffectMode
 from ..domain.outcomes import Decision, Kind
+from ..domain.payload_search import PayloadQuery
 from ..exceptions import (
     AttemptOverrun,
     EffectsUnsettled,
@@ -391,6 +392,14 @@ class Driver:
     def estimated_jobs(self) -> int:
         """*Vendor.* The database's estimate of the job table's rows (-1: none kept)."""
         return -1
+
+    # -- reads for the console (vendor) -----------------------------------------------------
+
+    def payload_contains(self, query: PayloadQuery) -> Q:
+        """*Vendor.* The condition on ``Job`` that its payload contains ``query``'s fragment
+        (:mod:`scheduler_core.domain.payload_search`: every leaf present with an equal value,
+        a number never equal to a string)."""
+        raise NotImplementedError
 
     # -- fenced writes, the ledger, the reaper's reads, hints, executors, operators -------
 

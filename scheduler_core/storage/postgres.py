@@ -22,10 +22,12 @@ from typing import Any
 
 import psycopg
 from django.db import DatabaseError
+from django.db.models import Q
 from psycopg.rows import dict_row
 
 from ..conf import tenure_settings
 from ..domain import states
+from ..domain.payload_search import PayloadQuery
 from ..models import Effect, Job
 from .base import (
     ATTEMPT_INSERT,
@@ -650,6 +652,11 @@ class PostgresDriver(Driver):
             cur.execute("SELECT reltuples::bigint FROM pg_class WHERE oid = 'tenure_job'::regclass")
             row = cur.fetchone()
         return int(row[0]) if row else -1
+
+    def payload_contains(self, query: PayloadQuery) -> Q:
+        """``payload @> %s::jsonb``: JSON containment, which the GIN index over payloads
+        (``jsonb_path_ops``, migration 0008) answers (tests/db/test_payload_search.py)."""
+        return Q(payload__contains=query.fragment)
 
 
 def _replan_if_due(cur: Any, raw: Any) -> None:

@@ -17,10 +17,12 @@ from datetime import datetime
 from typing import Any
 
 from django.db import IntegrityError
-from django.db.models import Exists, OuterRef
+from django.db.models import BooleanField, Exists, OuterRef, Q
+from django.db.models.expressions import RawSQL
 
 from ..domain import states
 from ..domain.outcomes import Decision
+from ..domain.payload_search import PayloadQuery
 from ..exceptions import EffectsUnsettled, JobCancelled, StaleAttempt
 from ..models import Attempt, AuditEntry, Effect, EffectEvent, Job
 from .base import (
@@ -37,6 +39,29 @@ from .base import (
 from .clock import DbNow, to_datetime
 
 SQLITE_NOW = "strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now')"
+_PAYLOAD = '"tenure_job"."payload"'
+
+
+def json_path(path: Sequence[str]) -> str:
+    """A SQLite JSON path naming ``path``'s keys, each quoted (the payload-search parser
+    refuses keys with quotes or backslashes)."""
+    return "$" + "".join(f'."{k}"' for k in path)
+
+
+def payload_leaf_sql(path: Sequence[str], value: Any) -> tuple[str, list[Any]]:
+    """One leaf of a payload search as SQL: the value's JSON type and the value itself, so a
+    number never equals a string nor ``true`` the number 1."""
+    p = json_path(path)
+    kind = f"json_type({_PAYLOAD}, %s)"
+    if value is None:
+        return f"{kind} = 'null'", [p]
+    if isinstance(value, bool):
+        return f"{kind} = %s", [p, "true" if value else "false"]
+    if isinstance(value, dict):
+        return f"{kind} = 'object'", [p]
+    if isinstance(value, (int, float)):
+        return f"{kind} IN ('integer', 'real') AND json_extract({_PAYLOAD}, %s) = %s", [p, p, value]
+    return f"{kind} = 'text' AND json_extract({_PAYLOAD}, %s) = %s", [p, p, str(value)]
 
 
 def claim_sql(*, by_id: bool, nqueues: int) -> str:
@@ -63,6 +88,14 @@ class SqliteDriver(Driver):
     vendor = "sqlite"
     one_writer = True
     now_sql = SQLITE_NOW
+
+    def payload_contains(self, query: PayloadQuery) -> Q:
+        """Each leaf read with ``json_extract``: no index, the payloads are read (the embedded
+        default's tables are small)."""
+        parts = [payload_leaf_sql(path, value) for path, value in query.leaves]
+        sql = " AND ".join(f"({p})" for p, _ in parts)
+        params = [x for _, ps in parts for x in ps]
+        return Q(RawSQL(sql, params, output_field=BooleanField()))
 
     def claim(
         self,
