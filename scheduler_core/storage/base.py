@@ -965,6 +965,9 @@ class Driver:
             )
             if queues is not None:
                 qs = qs.filter(queue__in=sorted(queues))
+            # A paused queue's jobs are claimed by no one: a hint would only be dropped. Once
+            # resumed, their hints are old, so the next round sends them.
+            qs = qs.exclude(Exists(Queue.objects.filter(name=OuterRef("queue"), paused=True)))
             if self.skips_locked_rows:
                 qs = qs.select_for_update(skip_locked=True, of=("self",))
             picked = list(qs.values_list("id", "queue")[:limit])
