@@ -6,7 +6,7 @@ from django.urls import path
 
 import scheduler_core.views
 
-from . import views
+from . import queue_views, views
 
 app_name = "admin_ui"
 urlpatterns = [
@@ -18,4 +18,11 @@ urlpatterns = [
     path("bulk/<slug:action>/confirm/", views.bulk_confirm, name="bulk_confirm"),
     path("bulk/<slug:action>/", views.bulk_action, name="bulk_action"),
     path("metrics", scheduler_core.views.metrics_view, name="metrics"),
+    path("queues/", queue_views.queue_list, name="queues"),
+    path(
+        "queues/<str:queue>/<slug:key>/confirm/",
+        queue_views.queue_confirm,
+        name="queue_confirm",
+    ),
+    path("queues/<str:queue>/<slug:key>/", queue_views.queue_action, name="queue_action"),
 ]
