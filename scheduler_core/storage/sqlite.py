@@ -95,10 +95,11 @@ class SqliteDriver(Driver):
     def claim_limited_queue(
         self, queue: str, *, executor: str, limit: int, job_id: int | None = None
     ) -> list[Lease]:
-        """The claim of one queue (or one job of it) without the gate."""
-        return self._claim(
-            executor=executor, queues=[queue], limit=limit, job_id=job_id, gate=False
-        )
+        """The claim of one queue (or one job of it) without the gate, in one transaction."""
+        with self.atomic():
+            return self._claim(
+                executor=executor, queues=[queue], limit=limit, job_id=job_id, gate=False
+            )
 
     def _claim(
         self,
@@ -109,6 +110,7 @@ class SqliteDriver(Driver):
         job_id: int | None,
         gate: bool = True,
     ) -> list[Lease]:
+        """The claim's two statements, in the caller's transaction."""
         if limit < 1:
             return []
         by_id = job_id is not None
@@ -116,7 +118,7 @@ class SqliteDriver(Driver):
         sent = time.monotonic()
         # Placeholders in text order: the WHERE comes after the SET.
         params: list[Any] = [executor, *([job_id] if by_id else queues), limit]
-        with self.atomic(), self.connection.cursor() as cur:
+        with self.connection.cursor() as cur:
             cur.execute(sql, params)
             rows = named_rows(cur)
             if not rows:
