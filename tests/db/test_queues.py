@@ -369,3 +369,37 @@ def test_concurrent_claimers_never_exceed_max_leased() -> None:
     assert not errors, errors
     assert peak[0] <= 3
     assert Job.objects.filter(queue=Q, state="succeeded").count() > 0
+
+
+@pytest.mark.postgres
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL's planner")
+def test_the_gated_claims_read_jobs_by_key_or_in_index_order() -> None:
+    from django.db import transaction
+
+    from scheduler_core.storage import postgres
+
+    ids = ok.enqueue_many([{"n": i} for i in range(3000)])
+    _limit(max_leased=1, queue=OTHER)
+    with connection.cursor() as cur:
+        cur.execute("ANALYZE tenure_job")
+    for shape, params in [
+        (postgres.CLAIM_BY_ID, {"job_id": ids[10], "queues": []}),
+        (postgres.CLAIM_ONE_QUEUE, {"queues": [Q]}),
+        (postgres.CLAIM_QUEUES, {"queues": [Q, OTHER]}),
+    ]:
+        sql = postgres.claim_sql(shape)
+        values = [
+            *postgres.claim_params(shape, executor=EXEC, limit=5, **params),  # type: ignore[arg-type]
+            *postgres.limited_params(shape, queues=params["queues"], job_id=params.get("job_id")),  # type: ignore[arg-type]
+        ]
+        with transaction.atomic(), connection.cursor() as cur:
+            cur.execute("EXPLAIN " + sql, values)
+            plan = "\n".join(r[0] for r in cur.fetchall())
+            transaction.set_rollback(True)
+        assert "Seq Scan on tenure_job" not in plan, plan
+        if shape == postgres.CLAIM_BY_ID:
+            assert "Index Cond: (id = " in plan, plan  # one row, by key (its sort is of one)
+        else:
+            # The claim index's ordered walk, not a sort of every waiting job.
+            assert "tenure_job_claim" in plan, plan
+            assert "Sort Key: tenure_job.priority" not in plan, plan

@@ -96,3 +96,11 @@ def test_a_viewer_sees_no_buttons_and_may_not_act(view_client: Client) -> None:
 
 def test_an_unknown_action_is_404(op_client: Client) -> None:
     assert op_client.get(reverse("admin_ui:queue_confirm", args=[Q, "drop"])).status_code == 404
+
+
+def test_the_job_list_filters_the_jobs_a_pause_holds(op_client: Client) -> None:
+    j = ok.enqueue()
+    queues.pause(Q, actor="someone", reason="maintenance")
+    r = op_client.get(reverse("admin_ui:job_list"), {"health": "paused", "queue": Q})
+    assert r.status_code == 200
+    assert f"/ops/jobs/{j.pk}/" in r.content.decode()
