@@ -13,6 +13,7 @@ across every executor; jobs already running finish normally.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -163,7 +164,7 @@ def _snapshot(s: QueueSettings) -> dict[str, Any]:
 def _act(
     queue: str,
     action: str,
-    change: Any,
+    change: Callable[[QueueSettings], dict[str, Any]],
     *,
     actor: str,
     reason: str,

@@ -73,7 +73,7 @@ def test_list_shows_paused_state_who_and_why() -> None:
         (("pause", Q, "--reason", "  "), "reason is required", 1),
         (("limit", Q, "--max-leased", "-4", "--reason", "x"), "max_leased must be between", 1),
         (("limit", Q, "--reason", "x"), "give --max-leased", 1),
-        (("pause", Q, "--reason", "x", "--expected-version", "3"), "changed since version 3", 2),
+        (("pause", Q, "--reason", "x", "--expected-version", "3"), "changed since version 3", 3),
     ],
 )
 def test_a_refusal_raises_with_the_reason_and_changes_nothing(

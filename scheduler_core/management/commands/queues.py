@@ -1,8 +1,9 @@
 """``manage.py queues list|pause|resume|limit``: an operator's queue actions without a browser,
 through the same guarded service functions as the dashboard (:mod:`scheduler_core.services.queues`:
 a reason, an optional version check, an audit row in the same transaction). The actor is the
-OS user (``cli:<user>``). A refused action exits non-zero with the reason (1: refused; 2: the
-queue changed since the version given) and changes nothing."""
+OS user (``cli:<user>``). A refused action exits non-zero with the reason (1: refused; 3: the
+queue changed since the version given; 2 stays argparse's, for arguments it cannot read) and
+changes nothing."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from scheduler_core.read.queues import queue_overview
 from scheduler_core.services import queues
 
 EXIT_REFUSED = 1
-EXIT_CONFLICT = 2
+EXIT_CONFLICT = 3
 
 
 def _none_or(kind: type) -> Any:
@@ -109,7 +110,7 @@ class Command(BaseCommand):
             return
         for r in rows:
             state = (
-                f"PAUSED by {r['paused_by']} at {r['paused_at']:%Y-%m-%d %H:%M:%S}: "
+                f"PAUSED by {r['paused_by']} at {r['paused_at']:%Y-%m-%d %H:%M:%S} UTC: "
                 + (r["paused_reason"])
                 if r["paused"]
                 else "running"
