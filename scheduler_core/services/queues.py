@@ -149,6 +149,18 @@ def set_limits(
     return _act(queue, "limit_queue", change, actor=actor, reason=reason, expected=expected_version)
 
 
+def _last_change(queue: str) -> str:
+    """Who made the queue's latest change and why, from the audit trail (for a refusal)."""
+    last = (
+        AuditEntry.objects.filter(job__isnull=True, detail__queue=queue)
+        .order_by("-created_at", "-id")
+        .first()
+    )
+    if last is None:
+        return ""
+    return f": {last.action.replace('_queue', '')} by {last.actor}, {last.reason!r}"
+
+
 def _snapshot(s: QueueSettings) -> dict[str, Any]:
     """What the audit keeps of a queue's settings, before and after."""
     return {
@@ -186,7 +198,7 @@ def _act(
         if expected is not None and expected != before.version:
             raise ActionConflict(
                 f"queue {queue} changed since version {expected} (now version "
-                f"{before.version}); reload and decide again"
+                f"{before.version}{_last_change(queue)}); reload and decide again"
             )
         fields = change(before)
         if not d.write_queue(queue, expected_version=before.version, fields=fields):

@@ -55,7 +55,9 @@ def test_a_stale_page_gets_409_and_changes_nothing(op_client: Client) -> None:
     queues.pause(Q, actor="someone", reason="first")
     r = _post(op_client, "resume", version=0)
     assert r.status_code == 409
+    # What changed, and who changed it.
     assert "changed since version 0" in r.content.decode()
+    assert "pause by someone, &#x27;first&#x27;" in r.content.decode()
     assert Queue.objects.get(pk=Q).paused
     assert AuditEntry.objects.count() == 1
 
