@@ -10,6 +10,7 @@ page gets 409 and changes nothing.
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlencode
 
 from django import forms
 from django.contrib import messages
@@ -129,11 +130,13 @@ def _confirm(
     return render(request, template, context, status=status)
 
 
-def _problem(request: HttpRequest, *, status: int, title: str, message: str) -> HttpResponse:
+def _problem(
+    request: HttpRequest, *, status: int, title: str, message: str, back: str = ""
+) -> HttpResponse:
     return render(
         request,
         "admin_ui/problem.html",
-        {"title": title, "message": message, "back": reverse("admin_ui:queues")},
+        {"title": title, "message": message, "back": back or reverse("admin_ui:queues")},
         status=status,
     )
 
@@ -158,7 +161,9 @@ def queue_confirm(request: HttpRequest, queue: str, key: str) -> HttpResponse:
     """The confirmation step of a queue action: what it changes, a reason. Never writes."""
     action, name = _action(key), _queue_name(queue)
     row = _row(name)
-    initial: dict[str, Any] = {"version": row["version"]}
+    # A refused stale action sends the operator back here with the reason they typed.
+    reason = request.GET.get("reason", "")[: queues.REASON_MAX_CHARS]
+    initial: dict[str, Any] = {"version": row["version"], "reason": reason}
     if action == "limit":
         initial.update(max_leased=row["max_leased"], max_per_second=row["max_per_second"])
     return _confirm(request, action, row, _form_class(action)(initial=initial), 200)
@@ -193,7 +198,14 @@ def queue_action(request: HttpRequest, queue: str, key: str) -> HttpResponse:
                 expected_version=d["version"],
             )
     except ActionConflict as e:
-        return _problem(request, status=409, title="The queue changed", message=str(e))
+        again = reverse("admin_ui:queue_confirm", args=[name, action])
+        return _problem(
+            request,
+            status=409,
+            title="The queue changed",
+            message=f"{e}. Your reason is kept on the next page.",
+            back=f"{again}?{urlencode({'reason': d['reason']})}",
+        )
     except ActionRefused as e:
         return _problem(request, status=400, title="Refused", message=str(e))
     q = result.queue

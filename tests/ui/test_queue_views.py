@@ -60,6 +60,11 @@ def test_a_stale_page_gets_409_and_changes_nothing(op_client: Client) -> None:
     assert "pause by someone, &#x27;first&#x27;" in r.content.decode()
     assert Queue.objects.get(pk=Q).paused
     assert AuditEntry.objects.count() == 1
+    # Looking again keeps the reason the operator typed.
+    again = r.context["back"]
+    assert again.startswith(reverse("admin_ui:queue_confirm", args=[Q, "resume"]))
+    page = op_client.get(again).content.decode()
+    assert "provider outage</textarea>" in page
 
 
 def test_bad_limits_get_400_and_change_nothing(op_client: Client) -> None:
