@@ -6,7 +6,7 @@ from django.urls import path
 
 import scheduler_core.views
 
-from . import schedule_views, views
+from . import queue_views, schedule_views, views
 
 app_name = "admin_ui"
 urlpatterns = [
@@ -30,4 +30,11 @@ urlpatterns = [
         name="schedule_action",
     ),
     path("metrics", scheduler_core.views.metrics_view, name="metrics"),
+    path("queues/", queue_views.queue_list, name="queues"),
+    path(
+        "queues/<str:queue>/<slug:key>/confirm/",
+        queue_views.queue_confirm,
+        name="queue_confirm",
+    ),
+    path("queues/<str:queue>/<slug:key>/", queue_views.queue_action, name="queue_action"),
 ]

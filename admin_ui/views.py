@@ -81,6 +81,7 @@ CATEGORIES: list[tuple[str, str, str, str]] = [
         "Unfinished after several failed attempts.",
     ),
     ("stuck", "warn", "Stuck", "Due, but unclaimed for too long."),
+    ("paused", "neutral", "Paused", "Due, in a queue an operator paused: claimed after resume."),
     ("indeterminate", "alert", "Indeterminate", "Effect may or may not have happened: needs you."),
     ("failed", "bad", "Failed", "Permanent error or attempts exhausted."),
     ("succeeded_recently", "good", "Succeeded recently", "Finished successfully in the last hour."),

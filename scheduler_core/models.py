@@ -375,8 +375,8 @@ class CountSnapshot(models.Model):
 
 class Queue(models.Model):
     """An operator's settings for one queue: paused (claimed by no executor or transport) and
-    limits across every executor. A queue without a row has none of them; a row with none left
-    is deleted, so only queues an operator configured cost their claims anything."""
+    limits across every executor. A queue without a row has none of them, and a row with none
+    left costs its claims what no row does; the row stays once made, so its version only grows."""
 
     name = models.CharField(max_length=100, primary_key=True)
     paused = models.BooleanField(default=False)

@@ -6,11 +6,11 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from django.db.models import BooleanField, Count, ExpressionWrapper, F, Max, Q
+from django.db.models import BooleanField, Count, Exists, ExpressionWrapper, F, Max, OuterRef, Q
 
 from ..conf import tenure_settings
 from ..domain.states import State
-from ..models import Attempt, CountSnapshot, Executor, Job, StaleWrite
+from ..models import Attempt, CountSnapshot, Executor, Job, Queue, StaleWrite
 from ..storage.clock import DbNow, DbNowLessLeaseShare
 from ..storage.drivers import driver
 
@@ -28,6 +28,7 @@ HEALTH_CATEGORIES: tuple[str, ...] = (
     "waiting_scheduled",
     "waiting_backing_off",
     "stuck",
+    "paused",
     "running",
     "overrunning",
     "abandoned",
@@ -51,7 +52,9 @@ def health_q(category: str) -> Q:
       for a future first attempt; ``waiting_backing_off``: waiting for a future retry after
       at least one spent attempt. The three partition ``waiting``.
     * ``stuck``: due but unclaimed for longer than ``STUCK_AFTER_SECONDS`` (a part of
-      ``waiting_due``): no executor is taking the job's queue.
+      ``waiting_due``): no executor is taking the job's queue. A paused queue's jobs are not
+      stuck: ``paused`` counts them instead (due, waiting in a queue an operator paused; a part
+      of ``waiting_due``), so the overview says why they wait.
     * ``running``: leased, within its maximum runtime, lease unexpired and heartbeat fresh;
       ``overrunning``: leased past its maximum runtime (it may no longer renew, complete or
       start an effect; the reaper moves it on once its lease runs out); ``abandoned``: leased
@@ -69,11 +72,14 @@ def health_q(category: str) -> Q:
     # A leased job's deadline is always set (the claim writes it); NULL counts as within.
     overrun = Q(deadline_at__lte=DbNow())
     n = s.FAILING_REPEATEDLY_ATTEMPTS
+    # A Q around the subquery, so the categories combine as Q objects.
+    paused = Q(Exists(Queue.objects.filter(name=OuterRef("queue"), paused=True)))
     return {
         "waiting_due": waiting & Q(run_at__lte=DbNow()),
         "waiting_scheduled": waiting & Q(run_at__gt=DbNow()) & Q(attempts=0),
         "waiting_backing_off": waiting & Q(run_at__gt=DbNow()) & Q(attempts__gt=0),
-        "stuck": waiting & Q(run_at__lt=DbNow(-s.STUCK_AFTER_SECONDS)),
+        "stuck": waiting & Q(run_at__lt=DbNow(-s.STUCK_AFTER_SECONDS)) & ~paused,
+        "paused": waiting & Q(run_at__lte=DbNow()) & paused,
         "running": leased & ~overrun & alive,
         "overrunning": leased & overrun,
         "abandoned": leased & ~overrun & ~alive,

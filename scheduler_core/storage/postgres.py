@@ -34,11 +34,13 @@ from .base import (
     CLAIM_SET,
     CLAIMED_JOB_COLUMNS,
     HEARTBEAT_SQL,
+    LIMITED_QUEUE,
     PRUNABLE,
     Driver,
     Lease,
     leases_from_rows,
     named_rows,
+    open_queue,
 )
 from .clock import to_datetime
 from .floors import FLOORS
@@ -63,18 +65,26 @@ def claim_shape(*, by_id: bool, nqueues: int, floors: bool) -> str:
     return CLAIM_ONE_QUEUE if nqueues == 1 else CLAIM_QUEUES
 
 
-def claim_ctes(shape: str) -> str:
+def claim_ctes(shape: str, *, gate: bool = True) -> str:
     """PostgreSQL's claim as ``WITH`` parts: ``cand`` (the due rows, locked), ``claimed`` (the
     jobs leased), ``new_attempt`` (their Attempt rows) and ``got`` (each claimed row with its
-    attempt's id). Placeholders: :func:`claim_params`."""
+    attempt's id). Placeholders: :func:`claim_params`.
+
+    ``gate`` keeps out the jobs of queues that are paused or limited (:func:`open_queue`, a
+    probe of ``tenure_queue``'s primary key per candidate, never a lock); only
+    :meth:`PostgresDriver.claim_limited_queue` leaves it out, holding the queue's row."""
     now = PG_NOW
+
+    def gated(queue: str) -> str:
+        return f"AND {open_queue(queue)}" if gate else ""
+
     if shape in (CLAIM_BY_ID, CLAIM_ONE_QUEUE):
         # One queue: an ordered walk of the claim index (``tenure_job_claim``), stopping at
         # the first due rows, however long the backlog.
         cand = f"""
         SELECT id FROM tenure_job
         WHERE state = 'waiting' AND {"id" if shape == CLAIM_BY_ID else "queue"} = %s
-            AND run_at <= {now}
+            AND run_at <= {now} {gated("tenure_job.queue" if shape == CLAIM_BY_ID else "%s")}
         ORDER BY priority DESC, run_at, id
         LIMIT %s
         FOR UPDATE SKIP LOCKED"""
@@ -87,7 +97,7 @@ def claim_ctes(shape: str) -> str:
         SELECT c.id FROM unnest(%s::varchar[]) AS q(name)
         CROSS JOIN LATERAL (
             SELECT id, priority, run_at FROM tenure_job
-            WHERE state = 'waiting' AND queue = q.name AND run_at <= {now}
+            WHERE state = 'waiting' AND queue = q.name AND run_at <= {now} {gated("q.name")}
             ORDER BY priority DESC, run_at, id
             LIMIT %s
             FOR UPDATE SKIP LOCKED
@@ -104,7 +114,7 @@ def claim_ctes(shape: str) -> str:
         CROSS JOIN LATERAL (
             SELECT id, priority, run_at FROM tenure_job
             WHERE state = 'waiting' AND queue = f.queue AND priority = f.priority
-                AND run_at >= f.floor AND run_at <= {now}
+                AND run_at >= f.floor AND run_at <= {now} {gated("f.queue")}
             ORDER BY run_at, id
             LIMIT %s
             FOR UPDATE SKIP LOCKED
@@ -144,12 +154,13 @@ def claim_params(
     limit: int,
     job_id: int | None = None,
     seeks: Sequence[tuple[str, int, datetime]] = (),
+    gate: bool = True,
 ) -> list[Any]:
-    """The placeholders of :func:`claim_ctes` for ``shape``, in text order."""
+    """The placeholders of :func:`claim_ctes` for ``shape`` (and ``gate``), in text order."""
     if shape == CLAIM_BY_ID:
         return [job_id, limit, executor]
     if shape == CLAIM_ONE_QUEUE:
-        return [queues[0], limit, executor]
+        return [queues[0], *([queues[0]] if gate else []), limit, executor]
     if shape == CLAIM_QUEUES:
         return [list(queues), limit, limit, executor]
     return [
@@ -160,6 +171,31 @@ def claim_params(
         limit,
         executor,
     ]
+
+
+def limited_sql(shape: str) -> str:
+    """The claim's answer to "which of the queues asked for are claimed within limits?", as
+    one more column of its result (``limited``: their names, or NULL), so a claim of open
+    queues needs no second statement. Placeholder: the job's id, or the queues."""
+    if shape == CLAIM_BY_ID:
+        which = "tq.name = (SELECT queue FROM tenure_job WHERE id = %s AND state = 'waiting')"
+    else:
+        which = "tq.name = ANY(%s::varchar[])"
+    return f"(SELECT array_agg(tq.name) FROM tenure_queue AS tq WHERE {which} AND {LIMITED_QUEUE})"
+
+
+def limited_params(shape: str, *, queues: Sequence[str], job_id: int | None) -> list[Any]:
+    """The placeholder of :func:`limited_sql`."""
+    return [job_id] if shape == CLAIM_BY_ID else [list(queues)]
+
+
+def claim_sql(shape: str) -> str:
+    """:meth:`PostgresDriver.claim`'s statement: the claim, one row per claimed job (at least
+    one, for the ``limited`` column)."""
+    return (
+        f"WITH {claim_ctes(shape)} SELECT {limited_sql(shape)} AS limited, got.* "
+        "FROM (SELECT 1) AS one LEFT JOIN got ON true"
+    )
 
 
 def complete_ctes(fence_match: str) -> str:
@@ -210,7 +246,8 @@ def complete_many_sql(shape: str, fence_match: str = FENCE_MATCH) -> str:
     completions' parts, one row per claimed job (at least one, for the completions' result)."""
     return (
         f"WITH {claim_ctes(shape)}, {complete_ctes(fence_match)} "
-        f"SELECT {COMPLETE_RESULT}, got.* FROM (SELECT 1) AS one LEFT JOIN got ON true"
+        f"SELECT {COMPLETE_RESULT}, {limited_sql(shape)} AS limited, got.* "
+        "FROM (SELECT 1) AS one LEFT JOIN got ON true"
     )
 
 
@@ -404,11 +441,33 @@ class PostgresDriver(Driver):
         params = claim_params(
             shape, executor=executor, queues=queues, limit=limit, job_id=job_id, seeks=seeks
         )
-        rows = self._rows(f"WITH {claim_ctes(shape)} SELECT * FROM got", params)
-        leases = leases_from_rows(rows, executor=executor, sent=sent)
+        params += limited_params(shape, queues=queues, job_id=job_id)
+        rows = self._rows(claim_sql(shape), params)
+        claimed = [r for r in rows if r["id"] is not None]
+        leases = leases_from_rows(claimed, executor=executor, sent=sent)
         if job_id is None:
             FLOORS.learn(queues, leases, limit=limit, full=not seeks, now=sent)
+        limited = rows[0]["limited"]
+        if limited and len(leases) < limit:
+            leases += self.claim_within_limits(
+                limited, executor=executor, limit=limit - len(leases), job_id=job_id
+            )
         return leases
+
+    def claim_limited_queue(
+        self, queue: str, *, executor: str, limit: int, job_id: int | None = None
+    ) -> list[Lease]:
+        """The claim of one queue (or one job of it) without the gate, read from the start of
+        the claim index (no floors: its claims are few, each behind the queue's row lock)."""
+        if limit < 1:
+            return []
+        sent = time.monotonic()
+        shape = CLAIM_BY_ID if job_id is not None else CLAIM_ONE_QUEUE
+        params = claim_params(
+            shape, executor=executor, queues=[queue], limit=limit, job_id=job_id, gate=False
+        )
+        rows = self._rows(f"WITH {claim_ctes(shape, gate=False)} SELECT * FROM got", params)
+        return leases_from_rows(rows, executor=executor, sent=sent)
 
     def _seeks(self, queues: Sequence[str], *, now: float) -> list[tuple[str, int, datetime]]:
         """The floors a claim of ``queues`` seeks from (none: read from the start), after
@@ -448,6 +507,7 @@ class PostgresDriver(Driver):
         params = [
             *claim_params(shape, executor=executor, queues=queues, limit=limit, seeks=seeks),
             *self._complete_params(leases),
+            *limited_params(shape, queues=queues, job_id=None),
         ]
         rows = self._rows(complete_many_sql(shape, self.fence_match), params)
         matched, xid = set(rows[0]["completed"]), int(rows[0]["xid"])
@@ -455,6 +515,10 @@ class PostgresDriver(Driver):
         got = leases_from_rows(claimed, executor=executor, sent=sent)
         if limit > 0:
             FLOORS.learn(queues, got, limit=limit, full=not seeks, now=sent)
+        limited = rows[0]["limited"]
+        if limited and len(got) < limit:
+            # In the caller's transaction, after the completions: they count as finished.
+            got += self.claim_within_limits(limited, executor=executor, limit=limit - len(got))
         return xid, matched, got
 
     def _complete_params(self, leases: Sequence[Lease]) -> list[Any]:

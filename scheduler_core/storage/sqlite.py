@@ -35,6 +35,7 @@ from .base import (
     Lease,
     leases_from_rows,
     named_rows,
+    open_queue,
 )
 from .clock import DbNow, to_datetime
 
@@ -64,9 +65,12 @@ def payload_leaf_sql(path: Sequence[str], value: Any) -> tuple[str, list[Any]]:
     return f"{kind} = 'text' AND json_extract({_PAYLOAD}, %s) = %s", [p, p, str(value)]
 
 
-def claim_sql(*, by_id: bool, nqueues: int) -> str:
+def claim_sql(*, by_id: bool, nqueues: int, gate: bool = True) -> str:
     """The claim: one conditional ``UPDATE ... RETURNING`` of the due waiting jobs in the
-    claim's order (placeholders: the new owner, the job id or the queues, the limit)."""
+    claim's order (placeholders: the new owner, the job id or the queues, the limit).
+    ``gate`` keeps out the jobs of paused and limited queues (:func:`open_queue`); only
+    :meth:`SqliteDriver.claim_limited_queue` leaves it out."""
+    gated = f"AND {open_queue('tenure_job.queue')}" if gate else ""
     expiry = "strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now', '+' || lease_seconds || ' seconds')"
     deadline = "strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now', '+' || timeout_seconds || ' seconds')"
     where = "id = %s" if by_id else f"queue IN ({', '.join(['%s'] * nqueues)})"
@@ -74,7 +78,7 @@ def claim_sql(*, by_id: bool, nqueues: int) -> str:
     UPDATE tenure_job SET {CLAIM_SET.format(t="", now=SQLITE_NOW, expiry=expiry, deadline=deadline)}
     WHERE state = 'waiting' AND id IN (
         SELECT id FROM tenure_job
-        WHERE state = 'waiting' AND {where} AND run_at <= {SQLITE_NOW}
+        WHERE state = 'waiting' AND {where} AND run_at <= {SQLITE_NOW} {gated}
         ORDER BY priority DESC, run_at, id
         LIMIT %s
     )
@@ -105,15 +109,50 @@ class SqliteDriver(Driver):
         limit: int = 1,
         job_id: int | None = None,
     ) -> list[Lease]:
-        """The claim's ``UPDATE`` and the claimed jobs' Attempt rows, in one transaction."""
+        """The claim's ``UPDATE`` and the claimed jobs' Attempt rows, in one transaction.
+
+        A claim that comes back short of ``limit`` then asks whether any of ``queues`` is
+        limited (one read of ``tenure_queue``) and takes what their limits allow, in the same
+        transaction (:meth:`Driver.claim_within_limits`); a full claim asks nothing more."""
+        if limit < 1:
+            return []
+        with self.atomic():
+            leases = self._claim(executor=executor, queues=queues, limit=limit, job_id=job_id)
+            if len(leases) < limit:
+                limited = self.limited_queues(queues, job_id=job_id)
+                if limited:
+                    leases += self.claim_within_limits(
+                        limited, executor=executor, limit=limit - len(leases), job_id=job_id
+                    )
+        return leases
+
+    def claim_limited_queue(
+        self, queue: str, *, executor: str, limit: int, job_id: int | None = None
+    ) -> list[Lease]:
+        """The claim of one queue (or one job of it) without the gate, in one transaction."""
+        with self.atomic():
+            return self._claim(
+                executor=executor, queues=[queue], limit=limit, job_id=job_id, gate=False
+            )
+
+    def _claim(
+        self,
+        *,
+        executor: str,
+        queues: Sequence[str],
+        limit: int,
+        job_id: int | None,
+        gate: bool = True,
+    ) -> list[Lease]:
+        """The claim's two statements, in the caller's transaction."""
         if limit < 1:
             return []
         by_id = job_id is not None
-        sql = claim_sql(by_id=by_id, nqueues=len(queues))
+        sql = claim_sql(by_id=by_id, nqueues=len(queues), gate=gate)
         sent = time.monotonic()
         # Placeholders in text order: the WHERE comes after the SET.
         params: list[Any] = [executor, *([job_id] if by_id else queues), limit]
-        with self.atomic(), self.connection.cursor() as cur:
+        with self.connection.cursor() as cur:
             cur.execute(sql, params)
             rows = named_rows(cur)
             if not rows:

@@ -85,6 +85,7 @@ def test_claimed_and_completed_rows_are_found_by_key_when_statistics_are_stale()
     params = [
         *postgres.claim_params(shape, executor=EXEC, queues=["plan_a"], limit=8),
         *driver()._complete_params([lease]),
+        *postgres.limited_params(shape, queues=["plan_a"], job_id=None),
     ]
     plan = _plan(sql, params)
     assert "tenure_job_state" not in plan, plan
@@ -151,6 +152,7 @@ def test_a_plan_made_on_an_empty_table_is_replaced_once_the_table_has_grown(
     params = [
         *postgres.claim_params(shape, executor=EXEC, queues=["plan_a"], limit=1),
         *driver()._complete_params([]),
+        *postgres.limited_params(shape, queues=["plan_a"], job_id=None),
     ]
     floors.FLOORS.forget()
     driver().complete_many_and_claim([], executor=EXEC, queues=["plan_a"], limit=1)

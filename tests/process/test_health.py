@@ -150,6 +150,7 @@ def test_every_health_category_from_a_real_situation_in_status_and_metrics(
         "waiting_scheduled": 1,
         "waiting_backing_off": 1,  # the failing job, waiting 600 s after its third failure
         "stuck": 1,
+        "paused": 0,  # no queue is paused
         "running": 1,
         "overrunning": 1,
         "abandoned": 1,

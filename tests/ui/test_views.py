@@ -19,7 +19,7 @@ from scheduler_core.domain import states
 from scheduler_core.domain.modes import GUARANTEES, EffectMode
 from scheduler_core.domain.outcomes import Decision
 from scheduler_core.models import AuditEntry, Effect, EffectEvent, Job
-from scheduler_core.services import operator
+from scheduler_core.services import operator, queues
 from scheduler_core.storage.drivers import driver
 
 from . import factories as f
@@ -703,13 +703,16 @@ def test_overview_counts_each_category(op_client: Client) -> None:
         "indeterminate": f.indeterminate(),
         "failed": f.failed(),
         "succeeded_recently": f.succeeded(),
+        "paused": f.enqueue(),
     }
+    Job.objects.filter(pk=made["paused"].pk).update(queue="held")
+    queues.pause("held", actor="op", reason="maintenance window")
     assert made
     r = op_client.get(reverse("admin_ui:overview"))
     cards = {c["key"]: c["count"] for c in r.context["cards"]}
     # stuck is also due; failing repeatedly is also backing off: categories overlap on purpose.
     assert cards == {
-        "waiting_due": 2,
+        "waiting_due": 3,
         "waiting_scheduled": 1,
         "waiting_backing_off": 2,
         "running": 1,
@@ -717,6 +720,7 @@ def test_overview_counts_each_category(op_client: Client) -> None:
         "abandoned": 0,
         "failing_repeatedly": 1,
         "stuck": 1,
+        "paused": 1,
         "indeterminate": 1,
         "failed": 1,
         "succeeded_recently": 1,

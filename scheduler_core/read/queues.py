@@ -1,0 +1,56 @@
+"""The read side of queues: each queue's operator settings (paused, by whom, when and why; its
+limits) next to what it holds now (due waiting jobs, leased jobs), for the console's queues
+page and ``manage.py queues list``. No writes here."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db.models import Count, Q
+
+from ..domain.states import State
+from ..models import Job, Queue
+from ..storage.clock import DbNow
+
+
+def queue_overview() -> list[dict[str, Any]]:
+    """One row per queue that has a settings row or unfinished jobs, by name: ``name``,
+    ``paused``, ``paused_by``, ``paused_reason``, ``paused_at``, ``max_leased``,
+    ``max_per_second``, ``version`` (0: never configured), ``due`` (waiting and due now),
+    ``waiting`` and ``leased``."""
+    rows: dict[str, dict[str, Any]] = {}
+    counts = (
+        Job.objects.filter(state__in=[State.WAITING, State.LEASED])
+        .values("queue")
+        .annotate(
+            waiting=Count("id", filter=Q(state=State.WAITING)),
+            due=Count("id", filter=Q(state=State.WAITING, run_at__lte=DbNow())),
+            leased=Count("id", filter=Q(state=State.LEASED)),
+        )
+    )
+    for c in counts:
+        rows[c["queue"]] = _row(c["queue"], None) | {
+            "waiting": c["waiting"],
+            "due": c["due"],
+            "leased": c["leased"],
+        }
+    for q in Queue.objects.all():
+        rows[q.name] = rows.get(q.name, _row(q.name, None)) | _row(q.name, q, counts=False)
+    return [rows[name] for name in sorted(rows)]
+
+
+def _row(name: str, q: Queue | None, *, counts: bool = True) -> dict[str, Any]:
+    row: dict[str, Any] = {
+        "name": name,
+        "paused": bool(q and q.paused),
+        "paused_by": q.paused_by if q else "",
+        "paused_reason": q.paused_reason if q else "",
+        "paused_at": q.paused_at if q else None,
+        "max_leased": q.max_leased if q else None,
+        "max_per_second": q.max_per_second if q else None,
+        "version": q.version if q else 0,
+        "updated_at": q.updated_at if q else None,
+    }
+    if counts:
+        row.update(waiting=0, due=0, leased=0)
+    return row
