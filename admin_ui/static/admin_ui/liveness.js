@@ -15,7 +15,12 @@
     return pad(d.getUTCHours()) + ":" + pad(d.getUTCMinutes()) + ":" + pad(d.getUTCSeconds());
   }
   function banner() { return document.getElementById("stale-banner"); }
-  function polled(elt) { return elt && elt.closest && elt.closest("[data-poll]"); }
+  // The element that sent the request: after an outerHTML swap the event's own element may
+  // be another one (the old element is no longer in the page).
+  function polled(detail) {
+    var elt = detail && ((detail.requestConfig && detail.requestConfig.elt) || detail.elt);
+    return elt && elt.closest && elt.closest("[data-poll]");
+  }
 
   function render() {
     var b = banner();
@@ -55,11 +60,11 @@
   }
   ["htmx:sendError", "htmx:responseError", "htmx:timeout"].forEach(function (name) {
     document.body.addEventListener(name, function (e) {
-      if (polled(e.detail && e.detail.elt)) { markStale(); }
+      if (polled(e.detail)) { markStale(); }
     });
   });
   document.body.addEventListener("htmx:afterRequest", function (e) {
-    if (!polled(e.detail && e.detail.elt)) { return; }
+    if (!polled(e.detail)) { return; }
     if (e.detail.successful) { markFresh(); } else { markStale(); }
   });
 })();
