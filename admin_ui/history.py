@@ -32,7 +32,7 @@ OUTCOMES: tuple[tuple[str, str, str], ...] = (
 
 WAITS: tuple[tuple[str, str, str], ...] = (
     ("wait_p50_ms", "Queue wait p50", "#2f5bd3"),
-    ("wait_p95_ms", "Queue wait p95", "#b42318"),
+    ("wait_p95_ms", "Queue wait p95", "#1d2330"),
 )
 
 WIDTH, HEIGHT, PAD_LEFT, PAD_BOTTOM, PAD_TOP = 720, 150, 48, 20, 8
