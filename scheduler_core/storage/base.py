@@ -27,7 +27,7 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import IntegrityError, connections, transaction
@@ -189,6 +189,13 @@ PRUNABLE = (states.State.SUCCEEDED.value, states.State.FAILED.value)
 
 ROLLUP_COUNTS = ("succeeded", "failed", "indeterminate", "retried", "claims")
 """The counted columns of a ``MinuteStats`` row."""
+
+ALL_STATES = tuple(st.value for st in states.State)
+"""Every job state, so a filter on the state index's second column can use it."""
+
+ROLLUP_MARGIN = timedelta(seconds=60)
+"""How much earlier than an attempt's claim or end its job's ``updated_at`` may be: the two
+are stamped by separate statements of one transaction."""
 
 WAIT_UNKNOWN_STATES = (states.State.WAITING.value, states.State.CANCELLED.value)
 """A job in these states no longer carries its latest claim's due time (``run_at``)."""
@@ -1100,7 +1107,12 @@ class Driver:
                 },
             )
 
-        attempts = Attempt.objects.using(self.alias)
+        # Only jobs written since the range began can have an attempt claimed or ended in it
+        # (a claim and an end write the job's updated_at, which only grows): the job table's
+        # (state, updated_at) index bounds what is read, not the whole attempt table.
+        attempts = Attempt.objects.using(self.alias).filter(
+            job__state__in=ALL_STATES, job__updated_at__gte=start - ROLLUP_MARGIN
+        )
         for e in attempts.filter(finished_at__gte=start, finished_at__lt=end).values(
             "finished_at", "outcome", "fence", "job__fence", "job__state", "job__queue", "job__name"
         ):

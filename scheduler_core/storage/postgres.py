@@ -28,10 +28,12 @@ from ..conf import tenure_settings
 from ..domain import states
 from ..models import Effect, Job
 from .base import (
+    ALL_STATES,
     ATTEMPT_INSERT,
     CLAIM_SET,
     CLAIMED_JOB_COLUMNS,
     PRUNABLE,
+    ROLLUP_MARGIN,
     Driver,
     Lease,
     leases_from_rows,
@@ -606,7 +608,15 @@ class PostgresDriver(Driver):
         """One statement: counts by outcome and ``percentile_cont`` of the queue wait, per
         minute, queue and type (the contract is the base driver's)."""
         with self.connection.cursor() as cur:
-            cur.execute(_ROLLUP_SQL, {"start": start, "end": end})
+            cur.execute(
+                _ROLLUP_SQL,
+                {
+                    "start": start,
+                    "end": end,
+                    "since": start - ROLLUP_MARGIN,
+                    "states": list(ALL_STATES),
+                },
+            )
             cols = [c[0] for c in cur.description]
             rows = [dict(zip(cols, r, strict=True)) for r in cur.fetchall()]
         for r in rows:
@@ -687,6 +697,7 @@ WITH ended AS (
     SELECT date_trunc('minute', a.finished_at) AS minute, j.queue, j.name, {_ROLLUP_KIND} AS kind
     FROM tenure_attempt a JOIN tenure_job j ON j.id = a.job_id
     WHERE a.finished_at >= %(start)s AND a.finished_at < %(end)s
+        AND j.state = ANY(%(states)s) AND j.updated_at >= %(since)s
 ), outcomes AS (
     SELECT minute, queue, name,
         count(*) FILTER (WHERE kind = 'succeeded') AS succeeded,
@@ -706,6 +717,7 @@ WITH ended AS (
             AS wait_p95_ms
     FROM tenure_attempt a JOIN tenure_job j ON j.id = a.job_id
     WHERE a.claimed_at >= %(start)s AND a.claimed_at < %(end)s
+        AND j.state = ANY(%(states)s) AND j.updated_at >= %(since)s
     GROUP BY 1, 2, 3
 )
 SELECT minute, queue, name,
