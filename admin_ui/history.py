@@ -154,13 +154,35 @@ def _chart(key: str, title: str, buckets: list[Bucket], minutes: int) -> dict[st
     )
     lines = []
     for k, label, colour in WAITS:
-        pts = [
-            f"{PAD_LEFT + i * slot + slot / 2:.1f},"
-            f"{HEIGHT - PAD_BOTTOM - (getattr(b, k) / wait_top) * inner_h:.1f}"
-            for i, b in enumerate(buckets)
-            if getattr(b, k) is not None
-        ]
-        lines.append({"key": k, "label": label, "colour": colour, "points": " ".join(pts)})
+        # A line joins only neighbouring buckets that have a figure (a gap stays a gap); each
+        # figure is also a dot, so a lone minute shows.
+        segments: list[list[tuple[float, float]]] = []
+        dots = []
+        prev = -2
+        for i, b in enumerate(buckets):
+            v = getattr(b, k)
+            if v is None:
+                continue
+            pt = (
+                round(PAD_LEFT + i * slot + slot / 2, 1),
+                round(HEIGHT - PAD_BOTTOM - (v / wait_top) * inner_h, 1),
+            )
+            if i != prev + 1 or not segments:
+                segments.append([])
+            segments[-1].append(pt)
+            dots.append({"x": pt[0], "y": pt[1], "title": f"{b.start:%H:%M} UTC: {v:.0f} ms"})
+            prev = i
+        lines.append(
+            {
+                "key": k,
+                "label": label,
+                "colour": colour,
+                "segments": [
+                    " ".join(f"{x},{y}" for x, y in seg) for seg in segments if len(seg) > 1
+                ],
+                "dots": dots,
+            }
+        )
     ticks = [
         {"x": round(PAD_LEFT + i * slot, 1), "label": f"{buckets[i].start:%H:%M}"}
         for i in range(0, n, max(1, n // 6))
@@ -181,7 +203,7 @@ def _chart(key: str, title: str, buckets: list[Bucket], minutes: int) -> dict[st
         "lines": lines,
         "ticks": ticks,
         "total": sum(b.total for b in buckets),
-        "has_waits": any(line["points"] for line in lines),
+        "has_waits": any(line["dots"] for line in lines),
     }
 
 

@@ -113,7 +113,9 @@ def test_history_charts_render_as_svg_from_the_rolled_up_minutes(page: Any) -> N
     assert "5 succeeded, 3 retried, 2 failed, 1 indeterminate; 11 claims" in (
         three_ago.locator("title").text_content() or ""
     )
-    assert hour.locator("polyline[data-line=wait_p95_ms]").count() == 1
+    # Two minutes with a wait, seven minutes apart: two dots on each line, no line between.
+    assert hour.locator("[data-line=wait_p95_ms] circle").count() == 2
+    assert hour.locator("[data-line=wait_p95_ms] polyline").count() == 0
     assert page.locator("#history-day").get_attribute("data-total") == "15"
 
     # Filtered by queue: only that queue's minutes.

@@ -84,3 +84,26 @@ def test_the_overview_heads_with_the_verdict_and_shows_the_processes(view_client
         reverse("admin_ui:overview"), headers={"HX-Request": "true"}
     ).content.decode()
     assert 'id="verdict"' in part and 'id="history"' not in part
+
+
+def test_wait_lines_join_neighbouring_minutes_and_leave_gaps(view_client: Client) -> None:
+    now = history.minute_floor(driver().now())
+    for ago in (2, 3, 4, 9):
+        MinuteStats.objects.create(
+            minute=now - dt.timedelta(minutes=ago),
+            queue="billing",
+            name="ui.charge",
+            succeeded=1,
+            claims=1,
+            wait_p50_ms=5.0 * ago,
+            wait_p95_ms=9.0 * ago,
+        )
+    html = view_client.get(
+        reverse("admin_ui:history"), headers={"HX-Request": "true"}
+    ).content.decode()
+    hour = html[html.index('id="history-hour"') : html.index('id="history-day"')]
+    p95 = hour[hour.index('data-line="wait_p95_ms"') :]
+    p95 = p95[: p95.index("</g>")]
+    assert p95.count("<polyline") == 1  # minutes 4, 3, 2 ago; minute 9 ago stands alone
+    assert p95.count("<circle") == 4
+    assert "36 ms" in p95  # 9 x 4 minutes ago, in its dot's title
