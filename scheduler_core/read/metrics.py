@@ -122,14 +122,16 @@ class DatabaseCollector(Collector):
         cats = GaugeMetricFamily(
             "tenure_jobs_health", "Jobs by derived health category", labels=["category"]
         )
-        for category, n in health.health_counts().items():
+        categories = health.health_counts()
+        for category, n in categories.items():
             cats.add_metric([category], n)
         yield cats
         execs = health.executors()
         alive = GaugeMetricFamily("tenure_executors_alive", "Executors with a fresh heartbeat")
         alive.add_metric([], len(execs))
         yield alive
-        judged = liveness.assess(executors=execs)
+        pressure = health.database_pressure()
+        judged = liveness.assess(categories=categories, executors=execs, pressure=pressure)
         verdict = GaugeMetricFamily(
             "tenure_verdict", "The console's verdict: 0 healthy, 1 degraded, 2 down"
         )
@@ -159,7 +161,6 @@ class DatabaseCollector(Collector):
         )
         reaped_total.add_metric([], health.leases_reaped())
         yield reaped_total
-        pressure = health.database_pressure()
         if pressure is not None:
             snap = GaugeMetricFamily(
                 "tenure_db_oldest_snapshot_seconds",
