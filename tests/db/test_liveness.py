@@ -205,4 +205,4 @@ def test_metrics_and_jobs_status_carry_the_verdict_and_its_reasons() -> None:
     out = io.StringIO()
     call_command("jobs_status", stdout=out)
     assert "verdict:  down" in out.getvalue()
-    assert "scheduler: not running" in out.getvalue()
+    assert "scheduler: not running (never seen)" in out.getvalue()

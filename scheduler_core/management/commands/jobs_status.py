@@ -35,14 +35,17 @@ class Command(BaseCommand):
         for r in judged.reasons:
             self.stdout.write(f"  {r.level}: {r.text}")
         sched = judged.scheduler
-        self.stdout.write(
-            "scheduler: "
-            + (
-                f"alive, last beat {sched.seconds_ago:.0f} s ago"
-                if sched.alive and sched.seconds_ago is not None
-                else "not running"
-            )
-        )
+        if sched.alive and sched.seconds_ago is not None:
+            said = f"alive, last beat {sched.seconds_ago:.0f} s ago"
+        elif sched.stopped_at is not None:
+            said = f"not running (stopped at {sched.stopped_at:%Y-%m-%d %H:%M:%S} UTC)"
+        elif sched.last_beat is not None:
+            said = f"not running (last beat {sched.seconds_ago or 0:.0f} s ago)"
+        else:
+            said = "not running (never seen)"
+        self.stdout.write(f"scheduler: {said}")
+        if judged.stopped_responding:
+            self.stdout.write(f"executors stopped responding: {len(judged.stopped_responding)}")
         self.stdout.write("states:   " + "  ".join(f"{k}={v}" for k, v in status["states"].items()))
         self.stdout.write("health:   " + "  ".join(f"{k}={v}" for k, v in status["health"].items()))
         self.stdout.write(f"executors alive: {status['executors']['alive']}")
