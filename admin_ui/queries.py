@@ -14,6 +14,7 @@ from typing import Any
 from django.db.models import Exists, OuterRef, Q, QuerySet
 
 from scheduler_core.api import registry
+from scheduler_core.conf import executor_stale_seconds
 from scheduler_core.domain import payload_search
 from scheduler_core.domain.modes import GUARANTEES, EffectMode, Guarantee
 from scheduler_core.domain.states import State
@@ -27,7 +28,7 @@ from scheduler_core.models import (
     Queue,
     Schedule,
 )
-from scheduler_core.read import health
+from scheduler_core.read import health, liveness
 from scheduler_core.storage.base import InFlightOwner
 from scheduler_core.storage.drivers import driver
 
@@ -167,7 +168,10 @@ def overview() -> dict[str, Any]:
     for row in by_type:
         jt = registry.get(row["key"])
         row["effect"] = jt.effect.value if jt else ""
+    database = health.database_pressure()
     return {
+        "liveness": liveness.assess(categories=categories, executors=execs, pressure=database),
+        "executor_stale_seconds": executor_stale_seconds(),
         "states": health.fold_counts(grouped, None),
         "health": {**categories, "succeeded_recently": health.succeeded_recently()},
         "by_queue": _rows(health.fold_counts(grouped, "queue")),
@@ -176,7 +180,7 @@ def overview() -> dict[str, Any]:
         "stale_writes": health.stale_writes(),
         "state_names": [st.value for st in State],
         "succeeded_as_of": succeeded_as_of,
-        "database": health.database_pressure(),
+        "database": database,
     }
 
 

@@ -6,11 +6,12 @@ from django.urls import path
 
 import scheduler_core.views
 
-from . import queue_views, schedule_views, views
+from . import history, queue_views, schedule_views, views
 
 app_name = "admin_ui"
 urlpatterns = [
     path("", views.overview, name="overview"),
+    path("history/", history.history_view, name="history"),
     path("jobs/", views.job_list, name="job_list"),
     path("jobs/<int:job_id>/", views.job_detail, name="job_detail"),
     path("jobs/<int:job_id>/<slug:key>/confirm/", views.action_confirm, name="action_confirm"),

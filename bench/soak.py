@@ -730,6 +730,7 @@ def measure_capacity(system: SoakTenure, jobs: int) -> dict[str, Any]:
             int(
                 conn.execute(  # type: ignore[index]
                     "SELECT count(*) FROM tenure_executor WHERE stopped_at IS NULL"
+                    " AND transport <> 'scheduler'"
                 ).fetchone()[0]
             )
             < WORKER_PROCESSES

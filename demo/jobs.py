@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import datetime as dt
+import os
 import time
 
 from scheduler_core import Transient, job
+from scheduler_core.api import registry
 from scheduler_core.runtime.context import JobContext
 
 from . import clients
@@ -230,3 +233,75 @@ def lost_reply(ctx: JobContext) -> None:
     """Send a request whose reply never comes: at most once, so the job is parked."""
     with ctx.effect("send"):
         raise TimeoutError("the destination did not reply")
+
+
+# --- A demo worth operating: steady traffic of every kind (``make demo``). ``demo.traffic`` is
+# declared with a schedule (every minute) only when ``TENURE_DEMO_TRAFFIC`` is set, as
+# demo/run.py does, so test runs that load the demo app fire nothing on their own.
+
+TRAFFIC = os.environ.get("TENURE_DEMO_TRAFFIC", "").lower() in ("1", "true", "yes")
+PAUSABLE_QUEUE = "reports"
+"""A queue of its own for the reports, to pause and resume from the console."""
+BILLING_QUEUE = "billing"
+
+
+@job(name="demo.invoice", queue=BILLING_QUEUE, effect="at_least_once", max_attempts=3)
+def invoice(ctx: JobContext, *, invoice_id: int, cents: int = 0) -> None:
+    """Book an invoice (quick); its payload's ``invoice_id`` is what an operator searches for."""
+    time.sleep(0.05)
+
+
+@job(name="demo.report", queue=PAUSABLE_QUEUE, effect="at_least_once", max_attempts=3)
+def report(ctx: JobContext, *, kind: str = "hourly") -> None:
+    """Build a report (a second's work) on the pausable queue."""
+    time.sleep(1.0)
+
+
+@job(
+    name="demo.long",
+    effect="at_least_once",
+    max_attempts=2,
+    lease_seconds=15,
+    timeout=900,
+)
+def long_running(ctx: JobContext, *, seconds: float = 180.0) -> None:
+    """Run for ``seconds`` (minutes), its lease renewed by heartbeats all along; stops early
+    when the context says the job was asked to stop."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if getattr(ctx, "cancelled", False):
+            return
+        time.sleep(1.0)
+
+
+def traffic_batch(n: int) -> list[tuple[str, dict[str, object]]]:
+    """The jobs one minute of demo traffic enqueues (the ``n``-th minute): invoices that
+    succeed, a job that fails twice and backs off before it succeeds, a report on the
+    pausable queue, and, on some minutes, a job that fails for good, one whose reply is lost
+    (indeterminate: at most once) and one that runs for two to five minutes."""
+    batch: list[tuple[str, dict[str, object]]] = [
+        ("demo.invoice", {"invoice_id": 2000 + n * 10 + i, "cents": 100 * (i + 1)})
+        for i in range(6)
+    ]
+    batch.append(("demo.flaky", {"fail_times": 2}))
+    batch.append(("demo.report", {"kind": "minutely"}))
+    if n % 2 == 0:
+        batch.append(("demo.poison", {"note": f"minute {n}"}))
+    if n % 3 == 0:
+        batch.append(("demo.lost_reply", {}))
+    if n % 5 == 0:
+        batch.append(("demo.long", {"seconds": float(120 + (n * 37) % 180)}))
+    return batch
+
+
+@job(
+    name="demo.traffic",
+    effect="at_least_once",
+    max_attempts=3,
+    schedule=dt.timedelta(minutes=1) if TRAFFIC else None,
+    overlap="skip",
+)
+def traffic(ctx: JobContext) -> None:
+    """Enqueue one minute of demo traffic (:func:`traffic_batch`)."""
+    for name, payload in traffic_batch(int(ctx.job_id)):
+        registry.enqueue(name, payload)

@@ -1,7 +1,9 @@
 """``make demo``: the whole system on the embedded default, one command, one Ctrl-C.
 
 Migrates the SQLite database under ``var/``, creates the demo accounts, seeds a few jobs of
-every kind, then starts and supervises: the demo destinations (payment provider and SMTP
+every kind and a database schedule, turns on the demo's steady traffic (``demo.traffic``, every
+minute: jobs that succeed, fail, back off, go indeterminate, run for minutes), then starts and
+supervises: the demo destinations (payment provider and SMTP
 sink), two Celery workers on the filesystem broker, ``run_scheduler`` and the web server on
 127.0.0.1:8000. Ctrl-C (or SIGTERM) stops every child cleanly: SIGTERM first, so executors
 finish or release their jobs, then SIGKILL after a grace period.
@@ -17,6 +19,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+DEMO_QUEUES = ("default", "billing", "reports")
+"""The queues the workers consume (demo/jobs.py; ``reports`` is the one to pause)."""
 PY = sys.executable
 BIN = Path(PY).parent
 WEB = os.environ.get("TENURE_DEMO_WEB", "127.0.0.1:8000")
@@ -32,6 +36,8 @@ def _env() -> dict[str, str]:
     # Where the demo jobs find the demo destinations (demo/clients.py).
     env.setdefault("DEMO_PAY_URL", f"http://127.0.0.1:{HTTP_PORT}")
     env.setdefault("DEMO_SMTP", f"127.0.0.1:{SMTP_PORT}")
+    # demo.traffic's schedule: a minute of every kind of work, every minute (demo/jobs.py).
+    env.setdefault("TENURE_DEMO_TRAFFIC", "1")
     env["PYTHONUNBUFFERED"] = "1"
     return env
 
@@ -81,6 +87,7 @@ def main() -> int:
                 SMTP_PORT,
             ],
         )
+    prefix = _env().get("TENURE_BROKER_QUEUE_PREFIX", "")
     for i in (1, 2):
         start(
             f"celery worker {i}",
@@ -90,7 +97,7 @@ def main() -> int:
                 "config",
                 "worker",
                 "-Q",
-                "default",
+                ",".join(prefix + q for q in DEMO_QUEUES),
                 "-c",
                 "2",
                 "-n",

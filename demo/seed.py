@@ -1,4 +1,6 @@
-"""Seed a few demo jobs of every kind (idempotent: unique keys make a second run a no-op)."""
+"""Seed a few demo jobs of every kind and the demo's database schedule (idempotent: unique keys
+and the schedule's name make a second run a no-op). The steady traffic afterwards comes from
+``demo.traffic``, a schedule declared in code (demo/jobs.py)."""
 
 from __future__ import annotations
 
@@ -35,7 +37,20 @@ SEED: list[tuple[str, dict[str, Any], str]] = [
         "seed:email-at-most-once",
     ),
     ("demo.ledger_credit", {"account": "acme", "cents": 1200}, "seed:ledger"),
+    # Invoices to search for by payload (invoice 1005 among them), a report on the pausable
+    # queue, one job that fails for good, one whose reply is lost, one that runs for minutes.
+    *[
+        ("demo.invoice", {"invoice_id": 1000 + i, "cents": 1000 + 25 * i}, f"seed:invoice:{i}")
+        for i in range(1, 11)
+    ],
+    ("demo.report", {"kind": "daily"}, "seed:report"),
+    ("demo.poison", {"note": "seeded"}, "seed:poison"),
+    ("demo.lost_reply", {}, "seed:lost-reply"),
+    ("demo.long", {"seconds": 150.0}, "seed:long"),
 ]
+
+SCHEDULE_NAME = "demo.report-every-minute"
+"""A schedule kept in the database (the operator's kind): a report every minute."""
 
 
 def seed() -> None:
@@ -50,3 +65,19 @@ def seed() -> None:
         job = registry.enqueue(name, payload, unique_key=key)
         created += job.unique_key == key
     print(f"seeded {created} demo jobs")
+    seed_schedule()
+
+
+def seed_schedule() -> bool:
+    """Create the demo's database schedule unless it exists; whether it was created."""
+    from scheduler_core.models import Schedule
+    from scheduler_core.services import scheduling
+
+    if registry.get("demo.report") is None:
+        return False
+    if Schedule.objects.filter(name=SCHEDULE_NAME).exists():
+        return False
+    scheduling.create_schedule(
+        name=SCHEDULE_NAME, job_name="demo.report", payload={"kind": "scheduled"}, cron="* * * * *"
+    )
+    return True

@@ -148,6 +148,11 @@ class TenureSettings:
     """Below this many jobs (the database's estimate) the dashboard counts succeeded jobs
     exactly on each load; above, it shows the last refreshed count and its age."""
     EXECUTOR_STALE_SECONDS: float = 30.0
+    """An executor (or ``run_scheduler``) whose liveness row was not beaten for this long is
+    not live: not a consumer of any queue, shown as "stopped responding". Never less than
+    three beats (:func:`executor_stale_seconds`)."""
+    EXECUTOR_BEAT_SECONDS: float = 2.0
+    """How often an executor beats its liveness row (from its heartbeat thread)."""
     STUCK_AFTER_SECONDS: float = 60.0
     FAILING_REPEATEDLY_ATTEMPTS: int = 3
     SCHEDULE_MISFIRE_GRACE_SECONDS: float = 60.0
@@ -230,3 +235,10 @@ def _read() -> TenureSettings:
                     f"environment variable {name}={os.environ[name]!r} is invalid"
                 ) from None
     return TenureSettings(**values)
+
+
+def executor_stale_seconds() -> float:
+    """Seconds after its last beat that an executor stops being live: ``EXECUTOR_STALE_SECONDS``,
+    and never less than three beats of ``EXECUTOR_BEAT_SECONDS`` (a slow beat is not a death)."""
+    s = tenure_settings()
+    return max(s.EXECUTOR_STALE_SECONDS, 3 * s.EXECUTOR_BEAT_SECONDS)

@@ -8,7 +8,7 @@ from typing import Any
 
 from django.db.models import BooleanField, Count, Exists, ExpressionWrapper, F, Max, OuterRef, Q
 
-from ..conf import tenure_settings
+from ..conf import executor_stale_seconds, tenure_settings
 from ..domain.states import State
 from ..models import Attempt, CountSnapshot, Executor, Job, Queue, StaleWrite
 from ..storage.clock import DbNow, DbNowLessLeaseShare
@@ -209,9 +209,12 @@ def leases_by_owner(owners: list[str], *, limit: int = 20) -> dict[str, list[dic
 
 
 def executors() -> list[dict[str, Any]]:
-    """Executors seen recently (alive) with their active attempt counts."""
-    stale = tenure_settings().EXECUTOR_STALE_SECONDS
-    rows = Executor.objects.filter(stopped_at__isnull=True, heartbeat_at__gt=DbNow(-stale))
+    """Live executors (not stopped, beaten within ``conf.executor_stale_seconds()``) with their
+    active attempt counts; ``run_scheduler``'s own liveness rows are not executors."""
+    stale = executor_stale_seconds()
+    rows = Executor.objects.filter(stopped_at__isnull=True, heartbeat_at__gt=DbNow(-stale)).exclude(
+        transport="scheduler"
+    )
     return [
         {
             "id": e.id,

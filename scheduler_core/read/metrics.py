@@ -8,7 +8,9 @@ Two kinds of figure, kept apart by name:
   them; a process that serves ``/metrics`` shows its own.
 * **From the database** (:class:`DatabaseCollector`, computed at each scrape, so any web
   process shows the whole system): ``tenure_jobs{state}``, ``tenure_jobs_health{category}``,
-  ``tenure_executors_alive``, ``tenure_db_stale_writes_refused_total{write}``,
+  ``tenure_executors_alive``, ``tenure_scheduler_alive``, ``tenure_verdict`` (0 healthy,
+  1 degraded, 2 down: :func:`scheduler_core.read.liveness.assess`) with
+  ``tenure_verdict_reason{reason}``, ``tenure_db_stale_writes_refused_total{write}``,
   ``tenure_db_leases_reaped_total``, and gauge histograms over the last hour
   ``tenure_db_attempt_duration_seconds`` and ``tenure_db_claim_latency_seconds``.
   ``tenure_db_up`` is 0 when the database could not be read.
@@ -33,7 +35,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from ..storage.base import Lease
-from . import health
+from . import health, liveness
 
 log = logging.getLogger("tenure.metrics")
 
@@ -120,12 +122,32 @@ class DatabaseCollector(Collector):
         cats = GaugeMetricFamily(
             "tenure_jobs_health", "Jobs by derived health category", labels=["category"]
         )
-        for category, n in health.health_counts().items():
+        categories = health.health_counts()
+        for category, n in categories.items():
             cats.add_metric([category], n)
         yield cats
+        execs = health.executors()
         alive = GaugeMetricFamily("tenure_executors_alive", "Executors with a fresh heartbeat")
-        alive.add_metric([], len(health.executors()))
+        alive.add_metric([], len(execs))
         yield alive
+        pressure = health.database_pressure()
+        judged = liveness.assess(categories=categories, executors=execs, pressure=pressure)
+        verdict = GaugeMetricFamily(
+            "tenure_verdict", "The console's verdict: 0 healthy, 1 degraded, 2 down"
+        )
+        verdict.add_metric([], judged.level_index)
+        yield verdict
+        reasons = GaugeMetricFamily(
+            "tenure_verdict_reason", "1 for each reason the verdict gives", labels=["reason"]
+        )
+        for r in judged.reasons:
+            reasons.add_metric([r.key], 1)
+        yield reasons
+        sched = GaugeMetricFamily(
+            "tenure_scheduler_alive", "run_scheduler processes with a fresh liveness beat"
+        )
+        sched.add_metric([], judged.scheduler.count)
+        yield sched
         stale = CounterMetricFamily(
             "tenure_db_stale_writes_refused",
             "Stale attempt writes refused, as recorded by every executor",
@@ -139,7 +161,6 @@ class DatabaseCollector(Collector):
         )
         reaped_total.add_metric([], health.leases_reaped())
         yield reaped_total
-        pressure = health.database_pressure()
         if pressure is not None:
             snap = GaugeMetricFamily(
                 "tenure_db_oldest_snapshot_seconds",

@@ -141,7 +141,10 @@ class Heartbeater:
                 # Self-fence before the lease can have expired by the database's clock.
                 if time.monotonic() - a.last_renewed > lease_s * 0.8:
                     ctx.mark_lost("could not renew the lease in time")
-        if self.beat_executor and now - self._last_executor_beat > 2.0:
+        if (
+            self.beat_executor
+            and now - self._last_executor_beat > tenure_settings().EXECUTOR_BEAT_SECONDS
+        ):
             self._last_executor_beat = now
             try:
                 driver().executor_beat(self.executor_id, active=len(items))

@@ -1,6 +1,9 @@
 """``run_scheduler``'s round: the reaper (:mod:`~scheduler_core.services.reaper`), schedule
-firing (:mod:`~scheduler_core.services.scheduling`), the hint dispatcher, retention and the
-dashboard's count snapshot — the last three defined here.
+firing (:mod:`~scheduler_core.services.scheduling`), the hint dispatcher, retention, the
+dashboard's count snapshot — the last three defined here — and the history rollup
+(:mod:`~scheduler_core.services.history`). The loop beats its own liveness row (an
+``Executor`` row with ``transport="scheduler"``, no queues) every round, so the console can
+say whether a scheduler is alive.
 
 Each service has a ``*_once()`` returning counts, and :class:`Maintenance` runs a round of
 them in a loop; tests call them directly. Every service is safe to run in many processes at
@@ -18,9 +21,11 @@ from django.db import DatabaseError
 
 from ..api import hints
 from ..conf import tenure_settings
-from ..read import health
+from ..read import health, liveness
+from ..runtime.connections import register_executor
+from ..storage.base import new_executor_id
 from ..storage.drivers import driver
-from . import reaper, scheduling
+from . import history, reaper, scheduling
 
 log = logging.getLogger("tenure.maintenance")
 
@@ -77,12 +82,15 @@ def run_once() -> dict[str, Any]:
     hinted = dispatch_once()
     pruned = prune_once()
     recounted = refresh_counts()
+    rolled = history.rollup_once()
+    history.prune_once()
     return {
         "reaped": dict(reaped),
         "hinted": hinted,
         "scheduled": fired,
         "pruned": pruned,
         "recounted": recounted,
+        "history_rows": rolled,
     }
 
 
@@ -92,6 +100,19 @@ class Maintenance:
     def __init__(self, *, interval: float | None = None) -> None:
         self.interval = tenure_settings().SWEEP_INTERVAL if interval is None else interval
         self._stop = threading.Event()
+        self.scheduler_id = new_executor_id("scheduler")
+        self._registered = False
+
+    def beat(self) -> None:
+        """Register (first round) or beat this scheduler's liveness row. Its transport is
+        ``scheduler`` and it names no queue, so nothing counts it as a consumer of work."""
+        if not self._registered:
+            register_executor(
+                self.scheduler_id, transport=liveness.SCHEDULER_TRANSPORT, queues=[], concurrency=0
+            )
+            self._registered = True
+        else:
+            driver().executor_beat(self.scheduler_id, active=0)
 
     def request_stop(self, *_: Any) -> None:
         self._stop.set()
@@ -101,10 +122,22 @@ class Maintenance:
         signal.signal(signal.SIGINT, self.request_stop)
 
     def run(self, *, rounds: int | None = None) -> None:
+        """Rounds until stopped (or ``rounds`` of them); the liveness row records the stop."""
+        try:
+            self._loop(rounds)
+        finally:
+            if self._registered:
+                try:
+                    driver().executor_stopped(self.scheduler_id)
+                except DatabaseError as e:
+                    log.warning("could not record the scheduler's stop: %s", e)
+
+    def _loop(self, rounds: int | None) -> None:
         backoff = 0.0
         done = 0
         while not self._stop.is_set():
             try:
+                self.beat()
                 result = run_once()
                 backoff = 0.0
                 if result["reaped"] or result["hinted"] or result["scheduled"] or result["pruned"]:

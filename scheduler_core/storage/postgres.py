@@ -30,12 +30,14 @@ from ..domain import states
 from ..domain.payload_search import PayloadQuery
 from ..models import Effect, Job
 from .base import (
+    ALL_STATES,
     ATTEMPT_INSERT,
     CLAIM_SET,
     CLAIMED_JOB_COLUMNS,
     HEARTBEAT_SQL,
     LIMITED_QUEUE,
     PRUNABLE,
+    ROLLUP_MARGIN,
     Driver,
     Lease,
     leases_from_rows,
@@ -679,6 +681,29 @@ class PostgresDriver(Driver):
             cur.execute(_PRUNE_SQL, [state, older_than, limit, state])
             return len(cur.fetchall())
 
+    # -- history ------------------------------------------------------------------------------
+
+    def minute_rollup(self, start: datetime, end: datetime) -> list[dict[str, Any]]:
+        """One statement: counts by outcome and ``percentile_cont`` of the queue wait, per
+        minute, queue and type (the contract is the base driver's)."""
+        with self.connection.cursor() as cur:
+            cur.execute(
+                _ROLLUP_SQL,
+                {
+                    "start": start,
+                    "end": end,
+                    "since": start - ROLLUP_MARGIN,
+                    "states": list(ALL_STATES),
+                },
+            )
+            cols = [c[0] for c in cur.description]
+            rows = [dict(zip(cols, r, strict=True)) for r in cur.fetchall()]
+        for r in rows:
+            r["minute"] = to_datetime(r["minute"])
+            for k in ("wait_p50_ms", "wait_p95_ms"):
+                r[k] = None if r[k] is None else float(r[k])
+        return rows
+
     # -- what the server says ----------------------------------------------------------------
 
     def database_pressure(self) -> dict[str, Any]:
@@ -736,3 +761,53 @@ def _replan_if_due(cur: Any, raw: Any) -> None:
         # The driver recognises the command and forgets its own names for them too.
         cur.execute("DEALLOCATE ALL", prepare=False)
     _planned_at[raw] = now
+
+
+# What an ended attempt counts as: base.rollup_outcome, in SQL.
+_ROLLUP_KIND = """
+    CASE
+        WHEN a.outcome IN ('succeeded', 'failed', 'indeterminate', 'retried') THEN a.outcome
+        WHEN a.outcome = 'lease_expired' OR left(a.outcome, 11) = 'reconciled_' THEN
+            CASE
+                WHEN a.fence = j.fence AND j.state IN ('succeeded', 'failed', 'indeterminate')
+                    THEN j.state
+                WHEN a.fence <> j.fence OR j.state = 'waiting' THEN 'retried'
+            END
+    END
+"""
+
+_ROLLUP_SQL = f"""
+WITH ended AS (
+    SELECT date_trunc('minute', a.finished_at) AS minute, j.queue, j.name, {_ROLLUP_KIND} AS kind
+    FROM tenure_attempt a JOIN tenure_job j ON j.id = a.job_id
+    WHERE a.finished_at >= %(start)s AND a.finished_at < %(end)s
+        AND j.state = ANY(%(states)s) AND j.updated_at >= %(since)s
+), outcomes AS (
+    SELECT minute, queue, name,
+        count(*) FILTER (WHERE kind = 'succeeded') AS succeeded,
+        count(*) FILTER (WHERE kind = 'failed') AS failed,
+        count(*) FILTER (WHERE kind = 'indeterminate') AS indeterminate,
+        count(*) FILTER (WHERE kind = 'retried') AS retried
+    FROM ended WHERE kind IS NOT NULL GROUP BY 1, 2, 3
+), claims AS (
+    SELECT date_trunc('minute', a.claimed_at) AS minute, j.queue, j.name, count(*) AS claims,
+        percentile_cont(0.5) WITHIN GROUP (
+            ORDER BY greatest(0, extract(epoch FROM a.claimed_at - j.run_at) * 1000)
+        ) FILTER (WHERE a.fence = j.fence AND j.state NOT IN ('waiting', 'cancelled'))
+            AS wait_p50_ms,
+        percentile_cont(0.95) WITHIN GROUP (
+            ORDER BY greatest(0, extract(epoch FROM a.claimed_at - j.run_at) * 1000)
+        ) FILTER (WHERE a.fence = j.fence AND j.state NOT IN ('waiting', 'cancelled'))
+            AS wait_p95_ms
+    FROM tenure_attempt a JOIN tenure_job j ON j.id = a.job_id
+    WHERE a.claimed_at >= %(start)s AND a.claimed_at < %(end)s
+        AND j.state = ANY(%(states)s) AND j.updated_at >= %(since)s
+    GROUP BY 1, 2, 3
+)
+SELECT minute, queue, name,
+    coalesce(o.succeeded, 0) AS succeeded, coalesce(o.failed, 0) AS failed,
+    coalesce(o.indeterminate, 0) AS indeterminate, coalesce(o.retried, 0) AS retried,
+    coalesce(c.claims, 0) AS claims, c.wait_p50_ms, c.wait_p95_ms
+FROM outcomes o FULL JOIN claims c USING (minute, queue, name)
+ORDER BY minute, queue, name
+"""

@@ -1,4 +1,5 @@
-"""``manage.py jobs_status [--json]``: counts by state and health, executors, stale writes."""
+"""``manage.py jobs_status [--json]``: the verdict (healthy, degraded, down) with its reasons,
+counts by state and health, executors and the scheduler's liveness, stale writes."""
 
 from __future__ import annotations
 
@@ -7,20 +8,44 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from scheduler_core.read import health
+from scheduler_core.read import health, liveness
 
 
 class Command(BaseCommand):
-    help = "Print job counts by state and health, live executors and refused stale writes."
+    help = (
+        "Print the verdict with its reasons, job counts by state and health, live executors, "
+        "the scheduler's liveness and refused stale writes."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--json", action="store_true")
 
     def handle(self, *args: Any, **opts: Any) -> None:
         status = health.status()
+        judged = liveness.assess(
+            categories=status["health"],
+            executors=status["executors"]["list"],
+            pressure=status["database"],
+        )
+        status["verdict"] = judged.as_dict()
         if opts["json"]:
             self.stdout.write(json.dumps(status, indent=2, sort_keys=True))
             return
+        self.stdout.write(f"verdict:  {judged.verdict}")
+        for r in judged.reasons:
+            self.stdout.write(f"  {r.level}: {r.text}")
+        sched = judged.scheduler
+        if sched.alive and sched.seconds_ago is not None:
+            said = f"alive, last beat {sched.seconds_ago:.0f} s ago"
+        elif sched.stopped_at is not None:
+            said = f"not running (stopped at {sched.stopped_at:%Y-%m-%d %H:%M:%S} UTC)"
+        elif sched.last_beat is not None:
+            said = f"not running (last beat {sched.seconds_ago or 0:.0f} s ago)"
+        else:
+            said = "not running (never seen)"
+        self.stdout.write(f"scheduler: {said}")
+        if judged.stopped_responding:
+            self.stdout.write(f"executors stopped responding: {len(judged.stopped_responding)}")
         self.stdout.write("states:   " + "  ".join(f"{k}={v}" for k, v in status["states"].items()))
         self.stdout.write("health:   " + "  ".join(f"{k}={v}" for k, v in status["health"].items()))
         self.stdout.write(f"executors alive: {status['executors']['alive']}")
