@@ -29,8 +29,8 @@ from scheduler_core.models import (
     Schedule,
 )
 from scheduler_core.read import health, liveness
-from scheduler_core.storage.base import InFlightOwner
 from scheduler_core.storage.drivers import driver
+from scheduler_core.storage.records import InFlightOwner
 
 PAGE_SIZE_DEFAULT = 50
 PAGE_SIZE_MAX = 200

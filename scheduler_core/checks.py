@@ -18,8 +18,8 @@ from django.db import connections
 from .api.registry import check_timeout
 from .conf import tenure_settings
 from .storage import connection_settings
-from .storage.base import check_installation_id
 from .storage.drivers import BY_VENDOR
+from .storage.records import check_installation_id
 from .transports import checks as _transport_checks  # noqa: F401  (registers them)
 
 

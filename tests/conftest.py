@@ -14,8 +14,8 @@ import pytest
 
 from scheduler_core.api import hints
 from scheduler_core.storage import floors
-from scheduler_core.storage.base import new_executor_id
 from scheduler_core.storage.drivers import driver
+from scheduler_core.storage.records import new_executor_id
 
 ROOT = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable

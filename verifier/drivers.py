@@ -16,8 +16,8 @@ from __future__ import annotations
 from typing import Any
 
 from scheduler_core.models import Effect
-from scheduler_core.storage.base import Lease
 from scheduler_core.storage.postgres import PostgresDriver
+from scheduler_core.storage.records import Lease
 
 
 class FenceOff(PostgresDriver):

@@ -15,8 +15,8 @@ from datetime import datetime
 from ..domain import outcomes
 from ..domain.modes import EffectMode
 from ..domain.outcomes import Decision, Situation
-from ..storage.base import Lease
 from ..storage.drivers import driver
+from ..storage.records import Lease
 from .registry import JobType, get
 
 

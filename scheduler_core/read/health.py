@@ -6,7 +6,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from django.db.models import BooleanField, Count, Exists, ExpressionWrapper, F, Max, OuterRef, Q
+from django.db.models import BooleanField, Count, ExpressionWrapper, F, Max, Q
 
 from ..conf import executor_stale_seconds, tenure_settings
 from ..domain.states import State
@@ -72,8 +72,11 @@ def health_q(category: str) -> Q:
     # A leased job's deadline is always set (the claim writes it); NULL counts as within.
     overrun = Q(deadline_at__lte=DbNow())
     n = s.FAILING_REPEATEDLY_ATTEMPTS
-    # A Q around the subquery, so the categories combine as Q objects.
-    paused = Q(Exists(Queue.objects.filter(name=OuterRef("queue"), paused=True)))
+    # An uncorrelated ``IN (SELECT ...)``: evaluated once per statement as a hashed set, and
+    # costed so. The correlated EXISTS it replaces was costed per row inside the overview's
+    # aggregate FILTERs, which lifted that statement over PostgreSQL's JIT threshold: a second
+    # of compiling for a 60 ms count at 1,000,000 jobs (make bench).
+    paused = Q(queue__in=Queue.objects.filter(paused=True).values("name"))
     return {
         "waiting_due": waiting & Q(run_at__lte=DbNow()),
         "waiting_scheduled": waiting & Q(run_at__gt=DbNow()) & Q(attempts=0),

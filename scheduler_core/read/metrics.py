@@ -34,7 +34,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from ..storage.base import Lease
+from ..storage.records import Lease
 from . import health, liveness
 
 log = logging.getLogger("tenure.metrics")

@@ -24,8 +24,8 @@ from ..domain.modes import EffectMode
 from ..domain.outcomes import Decision, Kind, Reconciliation, Situation
 from ..exceptions import JobCancelled, Snooze, StaleAttempt
 from ..read import metrics
-from ..storage.base import Failure, Lease
 from ..storage.drivers import driver
+from ..storage.records import Failure, Lease
 from .completion import NextClaim, complete_read_back
 from .context import JobContext
 from .heartbeat import Heartbeater

@@ -55,8 +55,8 @@ from ..conf import tenure_settings
 from ..domain.modes import EffectMode
 from ..exceptions import StaleAttempt
 from ..read import metrics
-from ..storage.base import Lease
 from ..storage.drivers import driver
+from ..storage.records import Lease
 from .attempt import run_lease
 from .context import JobContext
 from .group import write_completions

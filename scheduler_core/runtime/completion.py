@@ -15,8 +15,8 @@ import scheduler_core.hooks as hooks
 
 from ..domain import states
 from ..models import Attempt, Job
-from ..storage.base import Lease
 from ..storage.drivers import driver
+from ..storage.records import Lease
 
 log = logging.getLogger("tenure.executor")
 

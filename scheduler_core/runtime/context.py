@@ -11,8 +11,8 @@ import scheduler_core.hooks as hooks
 from ..domain.classify import is_ambiguous_in_flight, is_refused_before_send
 from ..exceptions import JobCancelled, Permanent, Snooze, StaleAttempt, Transient
 from ..models import Effect
-from ..storage.base import Lease
 from ..storage.drivers import driver
+from ..storage.records import Lease
 
 log = logging.getLogger("tenure.context")
 

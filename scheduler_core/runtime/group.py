@@ -14,8 +14,8 @@ import scheduler_core.hooks as hooks
 from ..exceptions import EffectsUnsettled, JobCancelled, StaleAttempt
 from ..models import Attempt
 from ..read import metrics
-from ..storage.base import Lease
 from ..storage.drivers import driver
+from ..storage.records import Lease
 from .attempt import end_cancelled, end_with_error
 from .completion import commit_and_read_back
 from .context import JobContext

@@ -23,8 +23,8 @@ import scheduler_core.hooks as hooks
 from ..conf import tenure_settings
 from ..exceptions import StaleAttempt
 from ..read import metrics
-from ..storage.base import Lease, new_executor_id
 from ..storage.drivers import driver
+from ..storage.records import Lease, new_executor_id
 from .attempt import release, run_lease
 from .completion import NextClaim
 from .connections import drop_connection_if_broken, limit_idle_transactions, register_executor

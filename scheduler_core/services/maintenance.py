@@ -23,8 +23,8 @@ from ..api import hints
 from ..conf import tenure_settings
 from ..read import health, liveness
 from ..runtime.connections import register_executor
-from ..storage.base import new_executor_id
 from ..storage.drivers import driver
+from ..storage.records import new_executor_id
 from . import history, reaper, scheduling
 
 log = logging.getLogger("tenure.maintenance")

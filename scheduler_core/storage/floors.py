@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from ..conf import tenure_settings
-from .base import Lease
+from .records import Lease
 
 
 class ClaimFloors:

@@ -30,22 +30,28 @@ from ..domain import states
 from ..domain.payload_search import PayloadQuery
 from ..models import Effect, Job
 from .base import (
+    Driver,
+)
+from .clock import to_datetime
+from .floors import FLOORS
+from .history import (
     ALL_STATES,
+    ROLLUP_MARGIN,
+)
+from .queues import (
+    LIMITED_QUEUE,
+    open_queue,
+)
+from .records import (
     ATTEMPT_INSERT,
     CLAIM_SET,
     CLAIMED_JOB_COLUMNS,
     HEARTBEAT_SQL,
-    LIMITED_QUEUE,
     PRUNABLE,
-    ROLLUP_MARGIN,
-    Driver,
     Lease,
     leases_from_rows,
     named_rows,
-    open_queue,
 )
-from .clock import to_datetime
-from .floors import FLOORS
 
 log = logging.getLogger("tenure.storage")
 

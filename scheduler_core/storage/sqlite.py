@@ -26,18 +26,22 @@ from ..domain.payload_search import PayloadQuery
 from ..exceptions import EffectsUnsettled, JobCancelled, StaleAttempt
 from ..models import Attempt, AuditEntry, Effect, EffectEvent, Job
 from .base import (
+    Driver,
+)
+from .clock import DbNow, to_datetime
+from .queues import (
+    open_queue,
+)
+from .records import (
     ATTEMPT_INSERT,
     CLAIM_SET,
     CLAIMED_JOB_COLUMNS,
     HEARTBEAT_SQL,
     PRUNABLE,
-    Driver,
     Lease,
     leases_from_rows,
     named_rows,
-    open_queue,
 )
-from .clock import DbNow, to_datetime
 
 SQLITE_NOW = "strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now')"
 _PAYLOAD = '"tenure_job"."payload"'

@@ -66,8 +66,8 @@ from ..runtime.connections import (
 )
 from ..runtime.heartbeat import Heartbeater
 from ..services.maintenance import dispatch_once
-from ..storage.base import new_executor_id
 from ..storage.drivers import driver
+from ..storage.records import new_executor_id
 from .checks import celery_problems
 
 log = logging.getLogger("tenure.transports.celery")

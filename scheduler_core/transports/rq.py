@@ -34,8 +34,8 @@ from ..read import metrics
 from ..runtime.attempt import run_lease
 from ..runtime.connections import limit_idle_transactions, register_executor
 from ..runtime.heartbeat import Heartbeater
-from ..storage.base import new_executor_id
 from ..storage.drivers import driver
+from ..storage.records import new_executor_id
 
 log = logging.getLogger("tenure.transports.rq")
 

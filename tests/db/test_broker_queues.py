@@ -12,8 +12,8 @@ from scheduler_core import job
 from scheduler_core.api import hints
 from scheduler_core.models import Job
 from scheduler_core.services import maintenance
-from scheduler_core.storage.base import new_executor_id
 from scheduler_core.storage.drivers import driver
+from scheduler_core.storage.records import new_executor_id
 from tests.conftest import broker_consumer
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -14,8 +14,8 @@ from scheduler_core.domain import states
 from scheduler_core.domain.outcomes import Decision
 from scheduler_core.exceptions import StaleAttempt
 from scheduler_core.models import Attempt, Job
-from scheduler_core.storage.base import Lease
 from scheduler_core.storage.drivers import driver
+from scheduler_core.storage.records import Lease
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

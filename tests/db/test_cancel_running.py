@@ -38,8 +38,8 @@ from scheduler_core.runtime.attempt import end_cancelled, run_lease
 from scheduler_core.runtime.context import JobContext
 from scheduler_core.runtime.heartbeat import Heartbeater
 from scheduler_core.services import operator, reaper
-from scheduler_core.storage.base import Lease
 from scheduler_core.storage.drivers import driver
+from scheduler_core.storage.records import Lease
 from tests.ui import factories
 
 pytestmark = pytest.mark.django_db(transaction=True)

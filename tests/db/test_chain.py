@@ -22,8 +22,8 @@ from django.db import connection
 from scheduler_core import job
 from scheduler_core.models import Attempt, Effect, Job, StaleWrite
 from scheduler_core.runtime import attempt, chain, completion, heartbeat
-from scheduler_core.storage.base import Lease
 from scheduler_core.storage.drivers import driver
+from scheduler_core.storage.records import Lease
 from tests.conftest import wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)

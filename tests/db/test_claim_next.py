@@ -10,8 +10,8 @@ import pytest
 from scheduler_core import job
 from scheduler_core.models import Attempt, Job
 from scheduler_core.runtime import attempt, completion, worker
-from scheduler_core.storage.base import Lease
 from scheduler_core.storage.drivers import driver
+from scheduler_core.storage.records import Lease
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

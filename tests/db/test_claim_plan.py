@@ -16,8 +16,8 @@ from scheduler_core import conf, job
 from scheduler_core.models import Job
 from scheduler_core.runtime import connections
 from scheduler_core.storage import floors, postgres
-from scheduler_core.storage.base import Lease
 from scheduler_core.storage.drivers import driver
+from scheduler_core.storage.records import Lease
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -17,8 +17,8 @@ from scheduler_core.models import Attempt, Job, StaleWrite
 from scheduler_core.runtime import attempt
 from scheduler_core.runtime.attempt import run_lease
 from scheduler_core.services import reaper
-from scheduler_core.storage.base import Lease
 from scheduler_core.storage.drivers import driver
+from scheduler_core.storage.records import Lease
 
 seen: list[tuple[int, int, int]] = []
 

@@ -16,8 +16,8 @@ from scheduler_core.models import Effect, Job
 from scheduler_core.runtime.attempt import run_lease
 from scheduler_core.runtime.context import JobContext
 from scheduler_core.services import operator, reaper
-from scheduler_core.storage.base import Lease
 from scheduler_core.storage.drivers import driver
+from scheduler_core.storage.records import Lease
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -22,8 +22,8 @@ from scheduler_core.models import Effect, Job, StaleWrite
 from scheduler_core.read import health
 from scheduler_core.runtime.attempt import run_lease
 from scheduler_core.services import reaper
-from scheduler_core.storage.base import Lease
 from scheduler_core.storage.drivers import driver
+from scheduler_core.storage.records import Lease
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -16,7 +16,7 @@ from scheduler_core import ActionRefused, job
 from scheduler_core.models import AuditEntry, Effect, EffectEvent, Installation, Job
 from scheduler_core.runtime.attempt import run_lease
 from scheduler_core.services import operator, reaper
-from scheduler_core.storage import base
+from scheduler_core.storage import ledger
 from scheduler_core.storage.drivers import driver
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -142,7 +142,7 @@ def test_a_resolve_must_settle_every_unknown_effect() -> None:
 def test_effect_keys_carry_the_installation_identity(settings: Any) -> None:
     """Job ids repeat after a restore or a sequence reset, and two deployments may share one
     provider: the installation's identity makes the key name one effect in the world."""
-    base._installation.clear()  # this process cached the identity of a database since flushed
+    ledger._installation.clear()  # this process cached the identity of a database since flushed
     made = driver().installation_id()
     assert Installation.objects.get(pk=1).key == made  # made once per database, kept there
     j = mail.enqueue()

@@ -18,9 +18,9 @@ from scheduler_core.models import AuditEntry, Job, Queue
 from scheduler_core.read import health
 from scheduler_core.runtime import attempt, completion
 from scheduler_core.services import queues
-from scheduler_core.storage.base import Lease
 from scheduler_core.storage.clock import DbNow
 from scheduler_core.storage.drivers import driver
+from scheduler_core.storage.records import Lease
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

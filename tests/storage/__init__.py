@@ -23,9 +23,10 @@ from scheduler_core.api.registry import JobType
 from scheduler_core.domain import states
 from scheduler_core.domain.outcomes import Decision
 from scheduler_core.models import Attempt, Job
-from scheduler_core.storage.base import Driver, Lease
+from scheduler_core.storage.base import Driver
 from scheduler_core.storage.clock import DbNow
 from scheduler_core.storage.drivers import driver
+from scheduler_core.storage.records import Lease
 
 QUEUE = "storage"
 OTHER_QUEUE = "storage-other"

@@ -23,9 +23,9 @@ from scheduler_core.models import (
     EffectEvent,
     Job,
 )
-from scheduler_core.storage.base import Failure, check_installation_id
 from scheduler_core.storage.clock import DbNow
 from scheduler_core.storage.drivers import driver
+from scheduler_core.storage.records import Failure, check_installation_id
 
 from . import (
     EXEC2,

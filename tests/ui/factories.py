@@ -21,8 +21,8 @@ from scheduler_core.domain.outcomes import Decision
 from scheduler_core.models import Job
 from scheduler_core.read import health
 from scheduler_core.services import reaper
-from scheduler_core.storage.base import Failure, Lease
 from scheduler_core.storage.drivers import driver
+from scheduler_core.storage.records import Failure, Lease
 from tests.conftest import wait_until
 
 EXECUTOR = "ui-test-host:1:exec-ui"

@@ -600,9 +600,9 @@ def test_state_change_and_audit_row_commit_together(op_client: Client, monkeypat
 
     job = f.indeterminate("ui.notify")
     before = snapshot()
-    from scheduler_core.storage import base
+    from scheduler_core.storage import core
 
-    monkeypatch.setattr(base, "AuditEntry", NoAudit)
+    monkeypatch.setattr(core, "AuditEntry", NoAudit)
     with pytest.raises(Crash):
         act(op_client, job, "resolve-applied", effects="charge")
     assert snapshot() == before  # the job and its ledger kept their state

@@ -1,0 +1,203 @@
+"""The values the storage layer hands out and the SQL every driver shares: :class:`Lease`,
+:class:`Failure`, :class:`InFlightOwner`, executor and installation ids, the claim's and the
+lease renewal's statements with their columns, and the reading of claimed rows."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from ..domain import states
+from .clock import to_datetime
+
+log = logging.getLogger("tenure.storage")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Lease:
+    """What a claim grants: the right to act for one attempt of one job, until it expires."""
+
+    job_id: int
+    fence: int
+    attempt: int
+    attempt_id: int
+    kind: str
+    name: str
+    queue: str
+    payload: dict[str, Any]
+    lease_seconds: int
+    effect: str
+    max_attempts: int
+    created_at: datetime
+    executor: str
+    timeout_seconds: float = 0.0
+    """The attempt's maximum runtime (the job's ``timeout_seconds``); 0 when unknown. The
+    database holds the deadline (``Job.deadline_at``); this lets the executor stop renewing
+    on its own clock too."""
+    priority: int = 0
+    due_at: datetime | None = None
+    """The job's ``run_at`` when it was claimed: where it stood in the claim order."""
+    granted_at: float = field(default=0.0, compare=False)
+    """This process's monotonic clock just before the claim was sent: the lease cannot
+    expire before ``granted_at + lease_seconds`` (0 when unknown)."""
+    claimed_at: datetime | None = field(default=None, compare=False)
+    """When the claim took the job, by the database's clock (None when unknown)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Failure:
+    """What went wrong in an attempt, for its record."""
+
+    error_class: str
+    error_type: str
+    message: str
+    traceback: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class InFlightOwner:
+    """An earlier owner of a job that may still act for it: its attempt was ended by the
+    reaper (lease expired), and its executor is not known to have stopped. Paused between its
+    last check and its call to the destination, it makes that call when it resumes; only a
+    destination that checks the fencing token can refuse it."""
+
+    attempt: int
+    fence: int
+    executor: str
+    last_heartbeat: datetime | None
+    reaped_at: datetime | None
+    executor_last_seen: datetime | None
+    """The executor's own last liveness beat (None: no row for it)."""
+
+
+def new_executor_id(kind: str = "exec") -> str:
+    """A unique executor identity: ``host:pid:uuid``."""
+    return f"{socket.gethostname()}:{os.getpid()}:{kind}-{uuid.uuid4().hex[:10]}"
+
+
+INSTALLATION_ID_CHARS = frozenset(
+    "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-"
+)
+
+
+def check_installation_id(value: str) -> str:
+    """``value`` if it can name an installation in effect keys; else ``ValueError``."""
+    if not 1 <= len(value) <= 40 or not set(value) <= INSTALLATION_ID_CHARS:
+        raise ValueError(
+            f"installation id {value!r} must be 1..40 letters, digits, '.', '_' or '-'"
+        )
+    return value
+
+
+def with_note(old: str, new: str) -> str:
+    """The ledger's note keeps its history: each cause is appended, the newest kept whole."""
+    return (f"{old}; {new}" if old else new)[-2000:]
+
+
+LEASE_COLUMNS = (
+    "id",
+    "fence",
+    "attempts",
+    "next_kind",
+    "name",
+    "queue",
+    "payload",
+    "lease_seconds",
+    "effect",
+    "max_attempts",
+    "created_at",
+    "run_at",
+    "heartbeat_at",
+    "priority",
+    "timeout_seconds",
+    "attempt_id",
+)
+"""The columns of a claimed row every driver's claim returns, by these names: the job as the
+claim left it, then its new attempt's id. :func:`leases_from_rows` reads them."""
+
+
+CLAIM_SET = """
+    state = 'leased', fence = {t}fence + 1, attempts = {t}attempts + 1, lease_owner = %s,
+    lease_expires_at = {expiry}, deadline_at = {deadline}, heartbeat_at = {now},
+    updated_at = {now}, version = {t}version + 1
+"""
+"""The claim's ``SET`` list, every driver's: ``{t}`` the table's alias with its dot (or
+nothing), ``{now}``, ``{expiry}`` and ``{deadline}`` the vendor's expressions; its one
+placeholder is the new owner."""
+
+
+CLAIMED_JOB_COLUMNS = LEASE_COLUMNS[:-1]
+"""The job columns a claim returns (:data:`LEASE_COLUMNS` without the attempt's id)."""
+
+
+ATTEMPT_INSERT = """
+    INSERT INTO tenure_attempt (job_id, number, fence, kind, executor, claimed_at,
+        lease_expires_at, heartbeat_at, outcome, error_class, error_type, message, traceback)
+    SELECT id, attempts, fence, next_kind, lease_owner, heartbeat_at, lease_expires_at,
+        heartbeat_at, '', '', '', '', ''
+"""
+"""The Attempt row of each claimed job, read from the job as the claim left it (a driver
+adds its ``FROM``)."""
+
+
+HEARTBEAT_SQL = f"""
+    UPDATE tenure_job SET lease_expires_at = {{expiry}}, heartbeat_at = {{now}}
+    WHERE id = %s AND state = '{states.State.LEASED.value}' AND fence = %s
+        AND deadline_at > {{now}}
+    RETURNING cancel_requested_at
+"""
+"""The lease renewal, every driver's: ``{now}`` and ``{expiry}`` (the database's now plus the
+lease, its one placeholder first) are the vendor's expressions; then the job id and the fence.
+It returns whether an operator asked the attempt to stop, so the attempt learns it from the
+renewal it makes anyway."""
+
+
+PRUNABLE = (states.State.SUCCEEDED.value, states.State.FAILED.value)
+"""The states whose jobs retention deletes."""
+
+
+def leases_from_rows(rows: Sequence[dict[str, Any]], *, executor: str, sent: float) -> list[Lease]:
+    """Leases from claimed rows (each a mapping of :data:`LEASE_COLUMNS`), in the claim's order
+    (priority, then due time, then id): a statement returns them in any order. ``sent`` is this
+    process's monotonic clock just before the claim was sent."""
+    leases = []
+    for r in sorted(rows, key=lambda r: (-r["priority"], to_datetime(r["run_at"]), r["id"])):
+        payload = r["payload"]
+        if isinstance(payload, str | bytes):
+            payload = json.loads(payload)
+        leases.append(
+            Lease(
+                job_id=r["id"],
+                fence=r["fence"],
+                attempt=r["attempts"],
+                attempt_id=r["attempt_id"],
+                kind=r["next_kind"],
+                name=r["name"],
+                queue=r["queue"],
+                payload=payload,
+                lease_seconds=r["lease_seconds"],
+                effect=r["effect"],
+                max_attempts=r["max_attempts"],
+                created_at=to_datetime(r["created_at"]),
+                executor=executor,
+                timeout_seconds=float(r["timeout_seconds"]),
+                priority=r["priority"],
+                due_at=to_datetime(r["run_at"]),
+                granted_at=sent,
+                claimed_at=to_datetime(r["heartbeat_at"]),
+            )
+        )
+    return leases
+
+
+def named_rows(cursor: Any) -> list[dict[str, Any]]:
+    """A DB-API cursor's remaining rows as mappings of column name to value."""
+    cols = [c[0] for c in cursor.description]
+    return [dict(zip(cols, row, strict=True)) for row in cursor.fetchall()]
