@@ -119,14 +119,17 @@ def test_the_dialog_takes_focus_and_escape_closes_it(page: Any) -> None:  # noqa
     opener = page.locator('[data-action="retry"]')
     opener.click()
     page.locator("#dialog").wait_for()
-    assert page.evaluate("document.activeElement.id") == "id_reason"
+    # The dialog takes focus once htmx has settled the swap, a moment after it appears.
+    page.wait_for_function("document.activeElement && document.activeElement.id === 'id_reason'")
     page.keyboard.press("Escape")
     page.locator("#dialog").wait_for(state="detached")
-    assert page.evaluate("document.activeElement.dataset.action") == "retry"
+    page.wait_for_function(
+        "document.activeElement && document.activeElement.dataset.action === 'retry'"
+    )
     assert Job.objects.get(pk=failed.pk).state == "failed"
     # The dialog as a whole page (no htmx): Escape follows its Back link.
     page.goto(f"/ops/jobs/{failed.pk}/retry/confirm/")
-    assert page.evaluate("document.activeElement.id") == "id_reason"
+    page.wait_for_function("document.activeElement && document.activeElement.id === 'id_reason'")
     page.keyboard.press("Escape")
     page.wait_for_url(f"**/ops/jobs/{failed.pk}/")
 
