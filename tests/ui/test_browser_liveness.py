@@ -107,7 +107,9 @@ def test_history_charts_render_as_svg_from_the_rolled_up_minutes(page: Any) -> N
     hour = page.locator("#history-hour")
     assert hour.get_attribute("data-total") == "15"
     assert hour.locator("svg").count() == 2  # outcomes, and the wait lines
-    three_ago = hour.locator("g.bar").nth(60 - 1 - 3)
+    # Found by its minute, not its position: the page may be drawn after the minute turned.
+    start = (minute - 3 * history.dt.timedelta(minutes=1)).isoformat()
+    three_ago = hour.locator(f'g.bar[data-start="{start}"]')
     assert three_ago.locator("rect[data-outcome=succeeded]").get_attribute("data-n") == "5"
     assert three_ago.locator("rect[data-outcome=retried]").get_attribute("data-n") == "3"
     assert "5 succeeded, 3 retried, 2 failed, 1 indeterminate; 11 claims" in (
