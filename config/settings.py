@@ -175,11 +175,14 @@ CELERY_DB_REUSE_MAX = 1000
 # --- RQ (second transport): `manage.py rqworker default`. Only JSON crosses the broker: the
 # worker and job classes read JSON whatever serializer rqworker is given, so nothing is unpickled.
 _QUEUE_PREFIX = os.environ.get("TENURE_BROKER_QUEUE_PREFIX", "")
+# One entry per queue the example's job types use (demo/jobs.py: default, billing, reports);
+# a system check (tenure.E011) refuses to start when a job type's queue has none.
 RQ_QUEUES = {
-    f"{_QUEUE_PREFIX}default": {
+    f"{_QUEUE_PREFIX}{name}": {
         "URL": os.environ.get("RQ_REDIS_URL", "redis://127.0.0.1:6379/0"),
         "SERIALIZER": "rq.serializers.JSONSerializer",
-    },
+    }
+    for name in ("default", "billing", "reports")
 }
 RQ = {
     "WORKER_CLASS": "scheduler_core.transports.rq.Worker",
