@@ -198,6 +198,14 @@ def _process_started(**_: Any) -> None:
         log.warning("pool process %s could not register, retrying: %s", os.getpid(), exc)
         threading.Thread(target=_register_until_done, name="tenure-register", daemon=True).start()
         return
+    finally:
+        # Celery's Django fixup, a receiver of the same signal that may run after this one,
+        # os.close()s the file descriptor of any connection this thread holds (meant for one
+        # inherited from the parent). Left open here, the connection would later be closed a
+        # second time by number, which by then may name another thread's socket or poller: a
+        # pool process's claim once failed with EINVAL and a connection timeout. The first
+        # task opens its own.
+        driver().connection.close()
     _registered()
 
 
