@@ -34,7 +34,7 @@ from ..domain.schedules import (
 )
 from ..domain.states import State
 from ..exceptions import ActionConflict, ActionRefused, EnqueueError
-from ..models import AuditEntry, Job, Schedule
+from ..models import Job, Schedule
 from ..storage.drivers import driver
 
 log = logging.getLogger("tenure.schedules")
@@ -143,7 +143,7 @@ def set_paused(
                 f"schedule {schedule_id} changed since version {expected_version}; reload"
             )
         row = Schedule.objects.get(pk=schedule_id)
-        AuditEntry.objects.create(
+        driver().audit(
             job=None,
             actor=actor,
             action="pause_schedule" if paused else "resume_schedule",
@@ -153,6 +153,26 @@ def set_paused(
             detail={"schedule_id": row.pk, "schedule": row.name, "paused": paused},
         )
     return row
+
+
+def _insert_occurrence(
+    row: Schedule, jt: Any, *, unique_key: str, run_at: dt.datetime | None
+) -> Any:
+    """Enqueue one occurrence of ``row`` as a job of its type ``jt`` under ``unique_key``
+    (timed occurrences and "run now" alike); None when that key already names a job."""
+    return insert_job(
+        name=jt.name,
+        queue=jt.queue,
+        payload=row.payload,
+        priority=0,
+        run_at=run_at,
+        max_attempts=jt.max_attempts,
+        lease_seconds=jt.lease_seconds,
+        unique_key=unique_key,
+        effect=jt.effect.value,
+        timeout_seconds=jt.max_runtime,
+        schedule_id=row.pk,
+    )
 
 
 BUSY_STATES = (State.WAITING, State.LEASED)
@@ -214,20 +234,8 @@ def run_now(
         assert jt is not None  # validate_row checked it
         now = d.now()
         key = manual_occurrence_key(row.pk, now, uuid.uuid4().hex[:12])
-        job = insert_job(
-            name=jt.name,
-            queue=jt.queue,
-            payload=row.payload,
-            priority=0,
-            run_at=None,
-            max_attempts=jt.max_attempts,
-            lease_seconds=jt.lease_seconds,
-            unique_key=key,
-            effect=jt.effect.value,
-            timeout_seconds=jt.max_runtime,
-            schedule_id=row.pk,
-        )
-        AuditEntry.objects.create(
+        job = _insert_occurrence(row, jt, unique_key=key, run_at=None)
+        driver().audit(
             job=job,
             actor=actor,
             action="run_schedule_now",
@@ -370,19 +378,7 @@ def _fire_one(row: Schedule, *, now: dt.datetime, grace: float) -> int:
             key = occurrence_key(row.pk, t)
             if Job.objects.filter(unique_key=key).exists():
                 continue
-            insert_job(
-                name=jt.name,
-                queue=jt.queue,
-                payload=row.payload,
-                priority=0,
-                run_at=t,
-                max_attempts=jt.max_attempts,
-                lease_seconds=jt.lease_seconds,
-                unique_key=key,
-                effect=jt.effect.value,
-                timeout_seconds=jt.max_runtime,
-                schedule_id=row.pk,
-            )
+            _insert_occurrence(row, jt, unique_key=key, run_at=t)
             new += 1
     if p.skipped or len(times) < len(p.fire):
         log.info(
