@@ -86,7 +86,8 @@ def test_operator_pauses_a_schedule_and_runs_it_now(page: Any) -> None:  # noqa:
     page.click('[data-action="pause"]')
     dialog = page.locator("#dialog")
     dialog.wait_for()
-    assert page.evaluate("document.activeElement.id") == "id_reason"
+    # The dialog takes focus once htmx has settled the swap, a moment after it appears.
+    page.wait_for_function("document.activeElement && document.activeElement.id === 'id_reason'")
     page.fill("#id_reason", "Reporting database under maintenance")
     page.check("#id_confirm")
     dialog.locator("button[type=submit]").click()
