@@ -175,6 +175,7 @@ def overview() -> dict[str, Any]:
         "states": health.fold_counts(grouped, None),
         "health": {**categories, "succeeded_recently": health.succeeded_recently()},
         "by_queue": _rows(health.fold_counts(grouped, "queue")),
+        "queue_counts": health.queue_counts(grouped),
         "by_type": by_type,
         "executors": execs,
         "stale_writes": health.stale_writes(),

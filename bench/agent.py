@@ -172,6 +172,7 @@ class PgQueuerOps(Ops):
 OPS: dict[str, type[Ops]] = {
     "tenure": TenureOps,
     "tenure-celery": TenureOps,
+    "tenure-beside-limited": TenureOps,
     "celery": CeleryOps,
     "procrastinate": ProcrastinateOps,
     "django-tasks-db": DjangoTasksOps,

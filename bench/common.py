@@ -167,13 +167,16 @@ class Procs:
         self.procs: list[subprocess.Popen[bytes]] = []
         LOGS.mkdir(parents=True, exist_ok=True)
 
-    def start(self, cmd: Sequence[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
-        """Start ``cmd`` in its own process group, output to a log file."""
+    def start(
+        self, cmd: Sequence[str], env: dict[str, str], cwd: Path = ROOT
+    ) -> subprocess.Popen[bytes]:
+        """Start ``cmd`` in its own process group (in ``cwd``: the checkout whose code it
+        runs), output to a log file."""
         log = open(LOGS / f"{self.label}-{len(self.procs)}.log", "wb")
         p = subprocess.Popen(
             list(cmd),
             env=env,
-            cwd=ROOT,
+            cwd=cwd,
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,

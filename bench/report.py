@@ -116,6 +116,9 @@ def write(data: dict[str, Any], out_dir: Path, stem: str) -> Path:
     if best_systems:
         _best_section(data, add)
 
+    if data.get("limits_systems"):
+        _limits_section(data, add)
+
     # ---- drain, same shape ---------------------------------------------------------------
     if systems and workers:
         _same_section(data, add)
@@ -286,6 +289,70 @@ def _best_section(data: dict[str, Any], add: Callable[[str], None]) -> None:
         "option; django-q2's concurrency is its number of worker processes), so they cannot "
         "be given this shape. They are in the same-shape table."
     )
+    add("")
+
+
+LIMITS_NOW, LIMITS_BEFORE, LIMITS_BESIDE = "tenure", "tenure-before", "tenure-beside-limited"
+LIMITS_SAME_RATE = 0.9
+"""The least now / before ratio of the 10-90 % rate that counts as "costs the same": the
+rounds of one drain move by more than a tenth on this machine."""
+LIMITS_SAME_STATEMENTS = 0.05
+"""The most statements per job an unlimited queue may cost above the revision before."""
+
+
+def _limits_round(r: dict[str, Any], key: str, field: str) -> float:
+    """The median of one round's drains of ``key`` in the queue-limits comparison."""
+    runs = r.get("limits", {}).get("drains", {}).get(key, [])
+    return median([_get(x, field) for x in runs])
+
+
+def _limits_ratio(rounds: list[dict[str, Any]], mine: str, theirs: str, field: str) -> float:
+    out = []
+    for r in rounds:
+        a, b = _limits_round(r, mine, field), _limits_round(r, theirs, field)
+        if b and not math.isnan(a) and not math.isnan(b):
+            out.append(a / b)
+    return median(out)
+
+
+def _limits_section(data: dict[str, Any], add: Callable[[str], None]) -> None:
+    """An unlimited queue's drain and cost per job now, before queue limits existed, and
+    beside a paused and a limited queue: each round takes the three in turn."""
+    rounds = data["rounds"]
+    labels: dict[str, str] = data["limits_systems"]
+    cost = rounds[0].get("limits", {}).get("cost", {})
+    add("## An unlimited queue, before and after queue limits")
+    add("")
+    add(
+        "The claim consults each queue's pause and limits (a probe of `tenure_queue`'s primary "
+        "key per candidate row, and one read of the queues asked for). These drains show "
+        "what that costs a queue with no limit: Tenure's broker-less executor at its best "
+        f"(2 x 8) draining {_f(data['profile']['best_jobs'])} no-op jobs from `default`, "
+        "this checkout; the same at the last revision before queue limits (its files from "
+        "`git archive`, a database of its own); and this checkout with a paused queue and a "
+        "limited one in `tenure_queue` (neither drained). Each round drains the three in "
+        "turn, twice; a round's figure is the median of its two, a ratio the median of "
+        "per-round ratios. Cost per job: one worker, "
+        f"{_f(data['profile']['cost_jobs'])} jobs, as in the cost table."
+    )
+    add("")
+    add(
+        "| system | 10-90 % jobs/s | whole run jobs/s | vs before (10-90 %) | commits / job | statements / job |"
+    )
+    add("|---|---|---|---|---|---|")
+    for key, label in labels.items():
+        rate = median([_limits_round(r, key, "per_second") for r in rounds])
+        whole = median([_limits_round(r, key, "whole_per_second") for r in rounds])
+        vs = (
+            "—"
+            if key == LIMITS_BEFORE
+            else _r(_limits_ratio(rounds, key, LIMITS_BEFORE, "per_second"))
+        )
+        c = cost.get(key, {})
+        add(
+            f"| {label} | {_f(rate)} | {_f(whole)} | {vs} | "
+            f"{_f(_get(c, 'commits_per_job'), 2)} | {_f(_get(c, 'statements_per_job'), 2)} |"
+        )
     add("")
 
 
@@ -504,6 +571,11 @@ CELERY_NOTE = (
 )
 
 WHY = {
+    "an unlimited queue": (
+        "Compare the statements per job first: equal counts mean the claim did the same work, "
+        "and a rate below 0.9x on the same statements is the machine's noise between adjacent "
+        "drains (each version is drained twice a round, in turn)."
+    ),
     "broker-less drain >= 3.0x procrastinate": (
         "Per job the broker-less executor makes one commit in three round trips: `BEGIN`, "
         "one prepared statement (the fenced completion, the attempt's end, the claim of the "
@@ -644,6 +716,32 @@ def _targets(data: dict[str, Any]) -> list[tuple[str, str, bool]]:
         )
     )
     ratio_row(TENURE_CELERY, "celery", 0.8, "Celery executor")
+    if data.get("limits_systems"):
+        cost = rounds[0].get("limits", {}).get("cost", {})
+        extra = _get(cost, LIMITS_NOW, "statements_per_job") - _get(
+            cost, LIMITS_BEFORE, "statements_per_job"
+        )
+        for key, what in (
+            (LIMITS_NOW, "now"),
+            (LIMITS_BESIDE, "beside a paused and a limited queue"),
+        ):
+            vs = _limits_ratio(rounds, key, LIMITS_BEFORE, "per_second")
+            out.append(
+                (
+                    f"an unlimited queue ({what}) drains >= {LIMITS_SAME_RATE}x the revision "
+                    "before queue limits",
+                    f"10-90 %: {_r(vs)}",
+                    not math.isnan(vs) and vs >= LIMITS_SAME_RATE,
+                )
+            )
+        out.append(
+            (
+                f"an unlimited queue's statements per job <= the revision before + "
+                f"{LIMITS_SAME_STATEMENTS}",
+                f"{extra:+.2f}",
+                not math.isnan(extra) and extra <= LIMITS_SAME_STATEMENTS,
+            )
+        )
     if TENURE not in same:
         # Only the headline drain ran (``--shapes best``): no other workload.
         return out

@@ -35,8 +35,18 @@ from pathlib import Path
 from typing import Any
 
 from . import common, report, workloads
-from .common import BENCH, VAR, non_default_settings, server_facts
-from .systems import BEST, BEST_PROCESSES, SAME, SHAPES, System, Tenure, all_systems
+from .common import BENCH, ROOT, VAR, non_default_settings, server_facts
+from .systems import (
+    BEST,
+    BEST_PROCESSES,
+    SAME,
+    SHAPES,
+    System,
+    Tenure,
+    TenureBefore,
+    TenureBesideLimited,
+    all_systems,
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -162,17 +172,22 @@ def run(
     out_dir: Path,
     cluster: dict[str, Any],
     command: str,
+    limits: list[System] | None = None,
 ) -> dict[str, Any]:
     """Install every system, run ``profile.rounds`` rounds, return everything measured.
 
     ``systems`` are the same-shape systems (every workload), ``best`` the systems at their
-    best (the headline drain only); either may be empty.
+    best (the headline drain only); either may be empty. ``limits`` are the systems of the
+    queue-limits comparison (:func:`limits_round`): Tenure at its best, before queue limits
+    existed and beside a paused and a limited queue, each also in the same shape for the
+    cost per job.
     """
+    limits = limits or []
     started = time.monotonic()
     facts = server_facts()
     _log(f"server: {facts}")
     installed: set[tuple[str, str | None]] = set()
-    for s in [*systems, *best]:
+    for s in [*systems, *best, *limits]:
         # Both shapes of a system share its database unless its settings differ.
         if (s.key, s.db) in installed:
             continue
@@ -201,6 +216,8 @@ def run(
             rec["best"][s.key] = workloads.drain(
                 s, profile.best_jobs, BEST_PROCESSES, timeout=profile.best_timeout
             )
+        if limits:
+            rec["limits"] = limits_round(profile, limits, first=r == 0, label=f"round {r + 1}")
         for s in systems:
             _log(f"round {r + 1}: enqueue {s.key}")
             got = workloads.enqueue(s, profile.enqueue_single, profile.enqueue_bulk)
@@ -254,6 +271,7 @@ def run(
         },
         "systems": {s.key: s.label for s in systems},
         "best_systems": {s.key: s.label for s in best},
+        "limits_systems": {s.key: s.label for s in limits if s.shape == BEST},
         "configs": {
             "best": {s.key: s.describe(BEST_PROCESSES) for s in best},
             "same": {
@@ -264,6 +282,45 @@ def run(
         "elapsed_seconds": time.monotonic() - started,
         "date": dt.date.today().isoformat(),
     }
+
+
+LIMIT_TURNS = 2
+"""Drains of each queue-limits system per round, taken in turn (A B C A B C): adjacent
+drains see the same machine, so the comparison is within seconds, not minutes."""
+
+
+def limits_systems() -> list[System]:
+    """The queue-limits comparison's systems: at their best (the drain) and in the same shape
+    (the cost per job), Tenure now, before queue limits, and beside a paused and a limited
+    queue. Tenure now draining an unlimited queue with no ``tenure_queue`` row is the
+    reference."""
+    out: list[System] = []
+    for shape in (BEST, SAME):
+        now = Tenure(key="tenure", db="bench_tenure", shape=shape)
+        out += [now, TenureBefore(shape=shape), TenureBesideLimited(shape=shape)]
+    return out
+
+
+def limits_round(
+    profile: Profile, limits: list[System], *, first: bool, label: str
+) -> dict[str, Any]:
+    """One round of the queue-limits comparison: :data:`LIMIT_TURNS` drains of each system
+    at its best, in turn; in the first round also each one's cost per job (one worker)."""
+    out: dict[str, Any] = {"drains": {}, "cost": {}}
+    best = [s for s in limits if s.shape == BEST]
+    for _ in range(LIMIT_TURNS):
+        for s in best:
+            _log(f"{label}: queue limits, drain {s.key}")
+            res = workloads.drain(
+                s, profile.best_jobs, BEST_PROCESSES, timeout=profile.best_timeout
+            )
+            out["drains"].setdefault(s.key, []).append(res)
+    if first:
+        for s in limits:
+            if s.shape == SAME:
+                _log(f"{label}: queue limits, cost per job {s.key}")
+                out["cost"][s.key] = workloads.cost(s, profile.cost_jobs, timeout=60.0)
+    return out
 
 
 @contextmanager
@@ -361,7 +418,10 @@ def main() -> None:
         # Built after the server is chosen: each system's address is taken when it is made.
         systems = [s for k, s in all_systems(SAME).items() if wanted(k)] if SAME in shapes else []
         best = [s for k, s in all_systems(BEST).items() if wanted(k)] if BEST in shapes else []
-        data = run(profile, systems, best, out_dir, cluster, command.strip())
+        # The queue-limits comparison needs this checkout's history (the earlier revision's
+        # files come from git); it is left out with the Tenure drain at its best.
+        limits = limits_systems() if BEST in shapes and (ROOT / ".git").exists() else []
+        data = run(profile, systems, best, out_dir, cluster, command.strip(), limits)
     # The quick profile's report is <date>.md; the full one and scaled checks are kept apart.
     suffix = "" if profile.name == "quick" else "-" + profile.name.replace(" ", "")
     if set(shapes) != set(SHAPES):

@@ -42,7 +42,17 @@ from typing import Any
 
 import psycopg
 
-from .common import BIN, PYTHON, REDIS_URL, ROOT, base_env, connect, dsn, recreate_database
+from .common import (
+    BIN,
+    PYTHON,
+    REDIS_URL,
+    ROOT,
+    VAR,
+    base_env,
+    connect,
+    dsn,
+    recreate_database,
+)
 
 BROKER_PREFIX = "bench-"
 
@@ -81,6 +91,9 @@ class System:
     """Jobs one worker process runs at once (the pool size, for Celery's prefork workers)."""
     settings: str = ""
     """What the report states besides the commands: the settings that shape the drain."""
+    root: Path = ROOT
+    """The checkout whose code the system's processes run (another revision's, for
+    :class:`TenureBefore`)."""
 
     def env(self, **extra: str) -> dict[str, str]:
         """The environment of this system's processes."""
@@ -132,7 +145,7 @@ class System:
         return [PYTHON, "-m", "bench.agent", self.key, action, *args]
 
     def _run(self, cmd: list[str], **extra: str) -> None:
-        subprocess.run(cmd, env=self.env(**extra), cwd=ROOT, check=True, capture_output=True)
+        subprocess.run(cmd, env=self.env(**extra), cwd=self.root, check=True, capture_output=True)
 
     def _truncate(self, tables: str) -> None:
         assert self.db
@@ -257,6 +270,60 @@ class Tenure(System):
     def scheduler_cmd(self) -> list[str]:
         """The maintenance loop (reaper) for the recovery workload."""
         return [PYTHON, "manage.py", "run_scheduler"]
+
+
+BEFORE_LIMITS = "f307417"
+"""The last revision before queue pause and limits entered the claim (``tenure_queue`` and
+the claim's gate came with the next commit): what "an unlimited queue costs the same as
+before" is measured against."""
+
+
+class TenureBefore(Tenure):
+    """Tenure's broker-less executor at :data:`BEFORE_LIMITS`, run from that revision's
+    files (``git archive`` into ``var/bench-before/``), on a database of its own."""
+
+    def __init__(self, shape: str = BEST, rev: str = BEFORE_LIMITS) -> None:
+        super().__init__(key="tenure-before", db="bench_tenure_before", shape=shape)
+        self.label = f"Tenure (broker-less) at {rev}, before queue limits"
+        self.rev = rev
+        self.root = VAR / "bench-before" / rev
+        # That revision's modules, and only those: bench/hooks/sitecustomize.py takes this
+        # checkout's editable install off the import machinery.
+        self.extra_env["PYTHONPATH"] = f"{ROOT / 'bench' / 'hooks'}:{self.root}"
+        self.extra_env["BENCH_PATH_ONLY"] = "1"
+
+    def agent(self, action: str, *args: str) -> list[str]:
+        # That revision's bench.agent knows Tenure's systems by the key "tenure".
+        return [PYTHON, "-m", "bench.agent", "tenure", action, *args]
+
+    def install(self) -> None:
+        if not (self.root / "manage.py").exists():
+            self.root.mkdir(parents=True, exist_ok=True)
+            archive = subprocess.run(
+                ["git", "-C", str(ROOT), "archive", self.rev], check=True, capture_output=True
+            ).stdout
+            subprocess.run(["tar", "-x", "-C", str(self.root)], input=archive, check=True)
+        super().install()
+
+
+class TenureBesideLimited(Tenure):
+    """Tenure's broker-less executor draining ``default``, an unlimited queue, while the
+    database holds a paused queue and a limited one (the claim's gate has rows to consult)."""
+
+    def __init__(self, shape: str = BEST) -> None:
+        super().__init__(key="tenure-beside-limited", db="bench_tenure_limited", shape=shape)
+        self.label = "Tenure (broker-less), beside a paused and a limited queue"
+
+    def reset(self) -> None:
+        super().reset()
+        with connect(self.db or "") as conn:
+            conn.execute("DELETE FROM tenure_queue")
+            conn.execute(
+                "INSERT INTO tenure_queue (name, paused, paused_by, paused_reason, paused_at,"
+                " max_leased, max_per_second, tokens, tokens_at, version, updated_at) VALUES"
+                " ('billing', true, 'bench', 'bench', now(), NULL, NULL, 0, NULL, 1, now()),"
+                " ('reports', false, '', '', NULL, 2, 5.0, 0, NULL, 1, now())"
+            )
 
 
 class TenureCelery(Tenure):

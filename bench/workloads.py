@@ -25,7 +25,6 @@ from typing import Any
 from . import common
 from .common import (
     HARNESS_XACTS_PER_READ,
-    ROOT,
     connect,
     counting_env,
     db_counters,
@@ -42,7 +41,7 @@ def _agent(system: System, action: str, *args: Any, timeout: float = 900) -> dic
     out = subprocess.run(
         system.agent(action, *[str(a) for a in args]),
         env=system.env(),
-        cwd=ROOT,
+        cwd=system.root,
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -89,7 +88,7 @@ def drain(system: System, jobs: int, workers: int, *, timeout: float) -> dict[st
             enqueue = _agent(system, "preload", jobs)
             t0 = time.monotonic()
             for cmd in system.worker_cmds(workers):
-                procs.start(cmd, env)
+                procs.start(cmd, env, system.root)
             done = 0
             while done < jobs and time.monotonic() - t0 < timeout:
                 time.sleep(POLL_SECONDS)
@@ -140,7 +139,7 @@ def cost(system: System, jobs: int, *, timeout: float) -> dict[str, Any]:
         with processes(f"{system.key}-cost", grace=0.0) as procs:
             t0 = time.monotonic()
             for cmd in system.worker_cmds(1):
-                procs.start(cmd, env)
+                procs.start(cmd, env, system.root)
             done = 0
             while done < jobs and time.monotonic() - t0 < timeout:
                 time.sleep(0.25)
@@ -176,7 +175,7 @@ def latency(system: System, rate: float, seconds: float) -> dict[str, Any]:
     env = system.env(BENCH_PING_PORT=str(port), **system.worker_env(1))
     with processes(f"{system.key}-latency", grace=0.0) as procs:
         for cmd in system.worker_cmds(1):
-            procs.start(cmd, env)
+            procs.start(cmd, env, system.root)
         return _agent(system, "ping", port, rate, seconds, timeout=seconds + 180)
 
 

@@ -1,6 +1,6 @@
 """``{% queues_summary %}``: the overview's queues section (paused queues with who, when and
-why, and limited ones), read from :mod:`scheduler_core.read.queues` at render time so the
-overview's own view needs nothing new."""
+why, and limited ones), read from :mod:`scheduler_core.read.queues` at render time with the
+per-queue counts the overview's one scan already took."""
 
 from __future__ import annotations
 
@@ -14,9 +14,10 @@ register = template.Library()
 
 
 @register.inclusion_tag("admin_ui/queues_summary.html")
-def queues_summary() -> dict[str, Any]:
-    """The queues an operator paused or limited, by name."""
-    rows = queue_overview()
+def queues_summary(counts: dict[str, dict[str, int]] | None = None) -> dict[str, Any]:
+    """The queues an operator paused or limited, by name; ``counts`` as
+    :func:`scheduler_core.read.queues.queue_overview` takes them."""
+    rows = queue_overview(counts)
     configured = [
         r
         for r in rows

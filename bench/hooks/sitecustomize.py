@@ -10,6 +10,15 @@ opened. A memory map needs no flushing, so the counts survive a process that end
 from __future__ import annotations
 
 import os
+import sys
+
+if os.environ.get("BENCH_PATH_ONLY"):
+    # A process running another revision's files (bench.systems.TenureBefore): the editable
+    # install of this checkout would otherwise supply any module that revision lacks (such
+    # as a template-tag package Django looks for), mixing the two revisions' code.
+    sys.meta_path[:] = [
+        f for f in sys.meta_path if "__editable__" not in str(getattr(f, "__module__", ""))
+    ]
 
 _DIR = os.environ.get("BENCH_STMT_DIR", "")
 

@@ -120,7 +120,12 @@ def _counted(jobs: Any) -> tuple[list[dict[str, Any]], dict[str, int]]:
     counts = {c: sum(int(r[c]) for r in rows) for c in timed}
     for c, st in _WHOLE_STATES.items():
         counts[c] = sum(int(r["n"]) for r in rows if r["state"] == st.value)
-    grouped = [{k: r[k] for k in ("queue", "name", "state", "n")} for r in rows]
+    # Each row keeps its due count, so the overview's queues section reads its per-queue
+    # figures from this scan (queue_counts) rather than scanning the live rows again.
+    grouped = [
+        {"queue": r["queue"], "name": r["name"], "state": r["state"], "n": r["n"], "due": r["waiting_due"]}
+        for r in rows
+    ]
     return grouped, {c: counts[c] for c in HEALTH_CATEGORIES}
 
 
@@ -191,6 +196,22 @@ def fold_counts(rows: list[dict[str, Any]], field: str | None) -> Any:
         per = table.setdefault(r[field], {st.value: 0 for st in State})
         per[r["state"]] = per.get(r["state"], 0) + r["n"]
     return table
+
+
+def queue_counts(rows: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
+    """Per queue, from :func:`overview_counts` rows: ``waiting``, ``due`` (waiting and due now)
+    and ``leased`` -- the figures :func:`scheduler_core.read.queues.queue_overview` counts."""
+    out: dict[str, dict[str, int]] = {}
+    for r in rows:
+        if r["state"] not in (State.WAITING, State.LEASED):
+            continue
+        per = out.setdefault(r["queue"], {"waiting": 0, "due": 0, "leased": 0})
+        if r["state"] == State.WAITING:
+            per["waiting"] += r["n"]
+            per["due"] += r.get("due", 0)
+        else:
+            per["leased"] += r["n"]
+    return out
 
 
 def leases_by_owner(owners: list[str], *, limit: int = 20) -> dict[str, list[dict[str, Any]]]:

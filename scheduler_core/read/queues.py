@@ -13,23 +13,29 @@ from ..models import Job, Queue
 from ..storage.clock import DbNow
 
 
-def queue_overview() -> list[dict[str, Any]]:
+def queue_overview(counts: dict[str, dict[str, int]] | None = None) -> list[dict[str, Any]]:
     """One row per queue that has a settings row or unfinished jobs, by name: ``name``,
     ``paused``, ``paused_by``, ``paused_reason``, ``paused_at``, ``max_leased``,
     ``max_per_second``, ``version`` (0: never configured), ``due`` (waiting and due now),
-    ``waiting`` and ``leased``."""
+    ``waiting`` and ``leased``.
+
+    ``counts`` (per queue: ``waiting``, ``due``, ``leased``) are figures the caller already
+    read, such as the overview's one scan (:func:`scheduler_core.read.health.queue_counts`);
+    without them the unfinished jobs are counted here."""
     rows: dict[str, dict[str, Any]] = {}
-    counts = (
-        Job.objects.filter(state__in=[State.WAITING, State.LEASED])
-        .values("queue")
-        .annotate(
-            waiting=Count("id", filter=Q(state=State.WAITING)),
-            due=Count("id", filter=Q(state=State.WAITING, run_at__lte=DbNow())),
-            leased=Count("id", filter=Q(state=State.LEASED)),
-        )
-    )
-    for c in counts:
-        rows[c["queue"]] = _row(c["queue"], None) | {
+    if counts is None:
+        counts = {
+            c["queue"]: {"waiting": c["waiting"], "due": c["due"], "leased": c["leased"]}
+            for c in Job.objects.filter(state__in=[State.WAITING, State.LEASED])
+            .values("queue")
+            .annotate(
+                waiting=Count("id", filter=Q(state=State.WAITING)),
+                due=Count("id", filter=Q(state=State.WAITING, run_at__lte=DbNow())),
+                leased=Count("id", filter=Q(state=State.LEASED)),
+            )
+        }
+    for name, c in counts.items():
+        rows[name] = _row(name, None) | {
             "waiting": c["waiting"],
             "due": c["due"],
             "leased": c["leased"],

@@ -5,6 +5,7 @@ changed by a stale page or bad input."""
 
 from __future__ import annotations
 
+import datetime as dt
 import threading
 import time
 from typing import Any
@@ -16,6 +17,7 @@ from scheduler_core import job
 from scheduler_core.exceptions import ActionConflict, ActionRefused
 from scheduler_core.models import AuditEntry, Job, Queue
 from scheduler_core.read import health
+from scheduler_core.read.queues import queue_overview
 from scheduler_core.runtime import attempt, completion
 from scheduler_core.services import queues
 from scheduler_core.storage.clock import DbNow
@@ -403,3 +405,23 @@ def test_the_gated_claims_read_jobs_by_key_or_in_index_order() -> None:
             # The claim index's ordered walk, not a sort of every waiting job.
             assert "tenure_job_claim" in plan, plan
             assert "Sort Key: tenure_job.priority" not in plan, plan
+
+
+def test_the_overview_scan_counts_each_queue_as_the_queues_page_does() -> None:
+    # The overview's queues section reads its per-queue figures from the overview's one scan;
+    # they must be the queues page's own counts, or the two pages would disagree.
+    for n in range(3):
+        ok.enqueue(n=n)
+    ok.enqueue(n=9, run_at=driver().now() + dt.timedelta(hours=1))  # waiting, not due
+    other.enqueue(n=1)
+    assert len(_claim(limit=1)) == 1
+    _pause(OTHER)
+    rows, _, _ = health.overview_counts()
+    by_page = {
+        r["name"]: {"waiting": r["waiting"], "due": r["due"], "leased": r["leased"]}
+        for r in queue_overview()
+        if r["name"] in (Q, OTHER)
+    }
+    assert health.queue_counts(rows) == by_page
+    assert by_page[Q] == {"waiting": 3, "due": 2, "leased": 1}  # 4 enqueued, 1 claimed
+    assert by_page[OTHER] == {"waiting": 1, "due": 1, "leased": 0}
