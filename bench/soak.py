@@ -708,8 +708,8 @@ class Plan:
     startup_timeout: float = 120.0
     reader: bool = True
     """Whether a snapshot is held through the middle third (not in the capacity probe)."""
-    capacity_seconds: float = 40.0
-    """How long the end-to-end capacity probe offers arrivals (:func:`measure_end_to_end`)."""
+    capacity_seconds: float = 20.0
+    """Seconds of each step of the end-to-end capacity search (:func:`measure_end_to_end`)."""
 
     @property
     def seconds(self) -> float:
@@ -761,38 +761,85 @@ def measure_capacity(system: SoakTenure, jobs: int) -> dict[str, Any]:
     }
 
 
-PROBE_GENERATORS = 12
-"""Generator processes of the end-to-end capacity probe: the most the soak ever starts."""
+PROBE_STEPS = (0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.6, 0.8, 1.0)
+"""The rates the capacity search offers, as fractions of the workers' bulk drain rate."""
+PROBE_KEPT_UP = 0.95
+"""A step is held when its second half started and enqueued this share of its schedule..."""
+PROBE_P99_MS = 1000.0
+"""... and no interval of it had a p99 queue wait above this."""
 
 
-def measure_end_to_end(system: SoakTenure, plan: Plan, offered: float) -> dict[str, Any]:
-    """Tenure's capacity in the soak's own shape: the soak's generators offer ``offered``
-    mixed jobs a second (more than the workers alone can drain), one enqueue per transaction,
-    for ``plan.capacity_seconds`` while the soak's workers run, with no reader; capacity =
-    the handler starts per second over the probe's second half. Enqueues and claims share
-    the machine and the database here as they do in the soak, which the bulk drain of
-    :func:`measure_capacity` leaves out."""
-    interval = max(1.0, plan.capacity_seconds / 20)
+def measure_end_to_end(system: SoakTenure, plan: Plan, drain: float) -> dict[str, Any]:
+    """Tenure's capacity in the soak's own shape: the highest steady rate of the soak's mixed
+    jobs, enqueued one per transaction by the soak's generators (as many as the soak would
+    start for that rate), that the soak's workers keep up with, with no reader.
+
+    The rates of :data:`PROBE_STEPS` x ``drain`` (the workers' bulk drain rate) are offered
+    in turn, ``plan.capacity_seconds`` each, until one is not held: over its second half,
+    fewer than :data:`PROBE_KEPT_UP` of the scheduled jobs were enqueued or started, or an
+    interval's p99 queue wait passed :data:`PROBE_P99_MS`. Offering more than the machine
+    can enqueue would measure something else: a dozen generator processes running flat out
+    take the two cores from the workers."""
+    interval = max(1.0, plan.capacity_seconds / 6)
     probe = dataclasses.replace(
         plan, minutes=plan.capacity_seconds / 60, interval=interval, reader=False
     )
-    system.reset()
-    rec = soak_system(system, probe, offered, PROBE_GENERATORS)
-    system.reset()
-    rows = rec["intervals"]
-    half = rows[len(rows) // 2 :]
-    seconds = sum(r["end_s"] - r["start_s"] for r in half)
-    started = sum(r["started_per_s"] * (r["end_s"] - r["start_s"]) for r in half)
-    enqueued = sum(r["enqueued_per_s"] * (r["end_s"] - r["start_s"]) for r in half)
+    steps: list[dict[str, Any]] = []
+    held = float("nan")
+    for frac in PROBE_STEPS:
+        offered = max(1.0, round(frac * drain))
+        generators = _generators(offered)
+        system.reset()
+        rec = soak_system(system, probe, offered, generators)
+        system.reset()
+        rows = rec["intervals"]
+        half = rows[len(rows) // 2 :] or rows
+        secs = sum(r["end_s"] - r["start_s"] for r in half)
+        started = sum(r["started_per_s"] * (r["end_s"] - r["start_s"]) for r in half) / secs
+        enqueued = sum(r["enqueued_per_s"] * (r["end_s"] - r["start_s"]) for r in half) / secs
+        p99 = max(
+            (r["wait_p99_ms"] for r in half if r["wait_p99_ms"] == r["wait_p99_ms"]),
+            default=float("nan"),
+        )
+        ok = (
+            enqueued >= PROBE_KEPT_UP * offered
+            and started >= PROBE_KEPT_UP * offered
+            and p99 <= PROBE_P99_MS
+        )
+        steps.append(
+            {
+                "offered_per_second": offered,
+                "generators": generators,
+                "enqueued_per_second": enqueued,
+                "started_per_second": started,
+                "p99_ms": p99,
+                "held": ok,
+            }
+        )
+        _log(
+            f"capacity step {offered:.0f} jobs/s: enqueued {enqueued:.0f}/s, started "
+            f"{started:.0f}/s, p99 {p99:.0f} ms -> {'held' if ok else 'not held'}"
+        )
+        if not ok:
+            break
+        held = offered
+    if held != held:
+        # Not even the first step was held: the rate it did start is all there is to go on.
+        held = steps[0]["started_per_second"] if steps else float("nan")
     return {
-        "seconds": probe.seconds,
-        "measured_over_seconds": seconds,
-        "offered_per_second": offered,
-        "generators": PROBE_GENERATORS,
-        "per_second": started / seconds if seconds else float("nan"),
-        "enqueued_per_second": enqueued / seconds if seconds else float("nan"),
-        "backlog_at_end": rows[-1].get("backlog") if rows else None,
+        "seconds_per_step": probe.seconds,
+        "drain_per_second": drain,
+        "steps": steps,
+        "per_second": held,
     }
+
+
+def _generators(rate: float) -> int:
+    """Generator processes for ``rate`` jobs a second: Tenure's enqueue costs about 3.5 ms of
+    client CPU and 8 ms of wall time on an idle 2-core machine (the peers' 0.5-0.9 and 3),
+    and about 20 ms of wall time under the soak's load: one process per 25 jobs/s keeps its
+    share on schedule, and the same number serves every system."""
+    return max(2, min(12, math.ceil(rate / 25)))
 
 
 def soak_system(system: System, plan: Plan, rate: float, generators: int) -> dict[str, Any]:
@@ -1145,15 +1192,24 @@ def write_report(data: dict[str, Any], out_dir: Path, stem: str) -> Path:
         add(
             f"R = **{data['rate']:,.0f} jobs/s** for every system = {data['plan']['fraction']:.0%} "
             f"of Tenure's capacity in the soak's shape, measured at the start on this cluster: "
-            f"the soak's {e2e['generators']} generators offered "
-            f"{e2e['offered_per_second']:,.0f} mixed jobs/s (one enqueue per transaction) for "
-            f"{e2e['seconds']:g} s to the soak's workers, with no reader; over the probe's "
-            f"second half {e2e['per_second']:,.0f} jobs/s started (and "
-            f"{e2e['enqueued_per_second']:,.0f}/s were enqueued). The workers alone drain "
-            f"more — {cap['jobs']:,} no-op jobs enqueued in bulk into warm idle workers, rate "
-            f"between 10 % and 90 % done: {cap['per_second']:,.0f} jobs/s — but in the soak "
-            "the same machine and database also run every enqueue."
+            f"the highest steady rate of the soak's mixed jobs, enqueued one per transaction by "
+            f"the soak's generators, that the soak's workers kept up with "
+            f"({e2e['per_second']:,.0f} jobs/s; steps of {e2e['seconds_per_step']:g} s with no "
+            f"reader, held when over its second half at least 95 % of the schedule was enqueued "
+            f"and started and no interval's p99 wait passed 1 s). The workers alone drain more "
+            f"— {cap['jobs']:,} no-op jobs enqueued in bulk into warm idle workers, rate between "
+            f"10 % and 90 % done: {cap['per_second']:,.0f} jobs/s — but in the soak the same "
+            "two cores and database also run every enqueue."
         )
+        add("")
+        add("| offered jobs/s | generators | enqueued/s | started/s | worst p99 ms | held |")
+        add("|---|---|---|---|---|---|")
+        for st in e2e["steps"]:
+            add(
+                f"| {_f(st['offered_per_second'])} | {st['generators']} | "
+                f"{_f(st['enqueued_per_second'])} | {_f(st['started_per_second'])} | "
+                f"{_f(st['p99_ms'], 1)} | {_yes(st['held'])} |"
+            )
     elif cap:
         add(
             f"R = **{data['rate']:,.0f} jobs/s** for every system = {data['plan']['fraction']:.0%} "
@@ -1499,24 +1555,17 @@ def run(plan: Plan) -> tuple[dict[str, Any], bool]:
             if not cap["per_second"] == cap["per_second"] or cap["done"] == 0:
                 raise HarnessError(f"the capacity drain finished no job: {cap}")
             _log(
-                f"capacity: workers alone {cap['per_second']:.0f} jobs/s; Tenure with the "
-                f"soak's arrivals offered at that rate for {plan.capacity_seconds:g} s"
+                f"capacity: workers alone {cap['per_second']:.0f} jobs/s; now the steady rate "
+                f"the soak's arrivals are kept up with ({plan.capacity_seconds:g} s a step)"
             )
-            e2e = measure_end_to_end(tenure, plan, float(round(cap["per_second"])))
+            e2e = measure_end_to_end(tenure, plan, float(cap["per_second"]))
             data["capacity_end_to_end"] = e2e
             if not e2e["per_second"] > 0:
-                raise HarnessError(f"the end-to-end capacity probe started no job: {e2e}")
-            rate = round(plan.fraction * e2e["per_second"])
-            _log(
-                f"capacity end to end {e2e['per_second']:.0f} jobs/s (enqueued "
-                f"{e2e['enqueued_per_second']:.0f}/s) -> R = {rate} jobs/s"
-            )
+                raise HarnessError(f"the end-to-end capacity search started no job: {e2e}")
+            rate = max(1, round(plan.fraction * e2e["per_second"]))
+            _log(f"capacity end to end {e2e['per_second']:.0f} jobs/s -> R = {rate} jobs/s")
         data["rate"] = rate
-        # Tenure's enqueue costs about 3.5 ms of client CPU and 8 ms of wall time on an idle
-        # 2-core machine (the peers' 0.5-0.9 and 3), and about 20 ms of wall time under the
-        # soak's load: one process per 25 jobs/s keeps its share on schedule, and the same
-        # number serves every system.
-        generators = plan.generators or max(2, min(12, math.ceil(rate / 25)))
+        generators = plan.generators or _generators(rate)
         data["generators"] = generators
         for s in systems:
             rec: dict[str, Any] = {"label": s.label, "config": _shape(s).config}
@@ -1565,8 +1614,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--capacity-seconds",
         type=float,
-        default=40.0,
-        help="how long the end-to-end capacity probe offers arrivals (40; --short: 10)",
+        default=20.0,
+        help="seconds of each step of the end-to-end capacity search (20; --short: 6)",
     )
     parser.add_argument("--systems", default=",".join(SOAK_SYSTEMS))
     parser.add_argument("--generators", type=int, default=None)
@@ -1585,7 +1634,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     if args.short:
         minutes, capacity_jobs = 1.0, min(capacity_jobs, 4_000)
-        capacity_seconds = min(capacity_seconds, 10.0)
+        capacity_seconds = min(capacity_seconds, 6.0)
     # A 60-minute run reports per minute; a shorter one keeps about 60 intervals (at least 5 s).
     interval = args.interval or max(5.0, minutes)
     date = dt.date.today().isoformat()
