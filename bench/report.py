@@ -628,8 +628,10 @@ WHY = {
         "table this big, and counts everything else live in one scan through the state "
         "index: grouped by queue and type, with the health categories as filters of the "
         "same scan. In the generated store that is 80,000 live rows (waiting, leased, failed, "
-        "indeterminate), about 110 ms of the page; the rest is the other small reads and "
-        "rendering. Its time grows with live work, not with history. Counting live jobs from "
+        "indeterminate), about 110 ms of the page (the queues section reads its per-queue "
+        "counts from the same scan); the rest is the other small reads and rendering. The "
+        "generator spreads those rows evenly over the table, so the scan visits most of its "
+        "pages, where a live queue's waiting and leased rows sit near its end. Its time grows with live work, not with history. Counting live jobs from "
         "a snapshot too would make operators act on stale numbers; a covering index for the "
         "scan would cost every job write another index entry."
     ),

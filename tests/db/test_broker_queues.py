@@ -86,6 +86,8 @@ def test_hints_go_only_where_a_live_consumer_takes_them(
     queue's hints only; a stopped one gets none."""
     settings.TENURE_TRANSPORT = "celery"
     settings.TENURE_BROKER_QUEUES = ()
+    # The queue names below are the broker's: no prefix from the environment running this.
+    settings.TENURE_BROKER_QUEUE_PREFIX = ""
     sent: list[tuple[int, str]] = []
     monkeypatch.setattr(
         hints, "publish", lambda job_id, queue: sent.append((job_id, queue)) or True
