@@ -123,7 +123,13 @@ def _counted(jobs: Any) -> tuple[list[dict[str, Any]], dict[str, int]]:
     # Each row keeps its due count, so the overview's queues section reads its per-queue
     # figures from this scan (queue_counts) rather than scanning the live rows again.
     grouped = [
-        {"queue": r["queue"], "name": r["name"], "state": r["state"], "n": r["n"], "due": r["waiting_due"]}
+        {
+            "queue": r["queue"],
+            "name": r["name"],
+            "state": r["state"],
+            "n": r["n"],
+            "due": r["waiting_due"],
+        }
         for r in rows
     ]
     return grouped, {c: counts[c] for c in HEALTH_CATEGORIES}
