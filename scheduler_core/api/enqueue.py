@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 from django.utils import timezone
 
@@ -71,6 +71,51 @@ def insert_job(
 
         d.on_commit(publish)
     return job
+
+
+class TypePolicy(Protocol):
+    """What an insert takes from a job type (:class:`scheduler_core.api.registry.JobType`)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def queue(self) -> str: ...
+    @property
+    def max_attempts(self) -> int: ...
+    @property
+    def lease_seconds(self) -> int: ...
+    @property
+    def max_runtime(self) -> float: ...
+    @property
+    def effect(self) -> Any: ...
+
+
+def insert_job_of(
+    jt: TypePolicy,
+    *,
+    payload: dict[str, Any],
+    run_at: datetime | None,
+    unique_key: str | None,
+    priority: int = 0,
+    queue: str | None = None,
+    schedule_id: int | None = None,
+) -> Job:
+    """:func:`insert_job` with the job type's own policy (attempts, lease, effect mode,
+    maximum runtime, and its queue unless ``queue`` names another): the one mapping of a
+    type to its job's fields, for an enqueue by name and a schedule's occurrences alike."""
+    return insert_job(
+        name=jt.name,
+        queue=jt.queue if queue is None else queue,
+        payload=payload,
+        priority=priority,
+        run_at=run_at,
+        max_attempts=jt.max_attempts,
+        lease_seconds=jt.lease_seconds,
+        unique_key=unique_key,
+        effect=jt.effect.value,
+        timeout_seconds=jt.max_runtime,
+        schedule_id=schedule_id,
+    )
 
 
 def insert_jobs(

@@ -405,17 +405,8 @@ def enqueue(
     _check_options(unique_key, run_at, priority)
     if queue is not None:
         _check_queue(queue)
-    return insert.insert_job(
-        name=jt.name,
-        queue=jt.queue if queue is None else queue,
-        payload=payload,
-        priority=priority,
-        run_at=run_at,
-        max_attempts=jt.max_attempts,
-        lease_seconds=jt.lease_seconds,
-        unique_key=unique_key,
-        effect=jt.effect.value,
-        timeout_seconds=jt.max_runtime,
+    return insert.insert_job_of(
+        jt, payload=payload, run_at=run_at, unique_key=unique_key, priority=priority, queue=queue
     )
 
 

@@ -10,7 +10,7 @@ from django.db.models import Count, Q
 
 from ..domain.states import State
 from ..models import Job, Queue
-from ..storage.clock import DbNow
+from .health import health_q
 
 
 def queue_overview(counts: dict[str, dict[str, int]] | None = None) -> list[dict[str, Any]]:
@@ -30,7 +30,7 @@ def queue_overview(counts: dict[str, dict[str, int]] | None = None) -> list[dict
             .values("queue")
             .annotate(
                 waiting=Count("id", filter=Q(state=State.WAITING)),
-                due=Count("id", filter=Q(state=State.WAITING, run_at__lte=DbNow())),
+                due=Count("id", filter=health_q("waiting_due")),
                 leased=Count("id", filter=Q(state=State.LEASED)),
             )
         }

@@ -4,7 +4,7 @@ and firing due occurrences as jobs.
 What a schedule means (occurrence identity, misfires, overlap, daylight saving time) is
 :mod:`scheduler_core.domain.schedules`, pure. Here :func:`fire_due` advances a row with a
 conditional write (``WHERE id = ... AND next_fire_at = <what it read>``) and enqueues its
-occurrences in the same transaction through :func:`scheduler_core.api.enqueue.insert_job`, so
+occurrences in the same transaction through :func:`scheduler_core.api.enqueue.insert_job_of`, so
 of any number of schedulers exactly one wins each step. :func:`fire_due` and
 :func:`sync_code_schedules` take ``now`` for tests and otherwise read the database's clock.
 Schedule rows are written here (they are not job state); the operator's actions on them
@@ -23,7 +23,7 @@ from django.db import IntegrityError
 from django.db.models import F
 
 from ..api import registry
-from ..api.enqueue import insert_job
+from ..api.enqueue import insert_job_of
 from ..conf import tenure_settings
 from ..domain.schedules import (
     ScheduleSpec,
@@ -160,18 +160,8 @@ def _insert_occurrence(
 ) -> Any:
     """Enqueue one occurrence of ``row`` as a job of its type ``jt`` under ``unique_key``
     (timed occurrences and "run now" alike); None when that key already names a job."""
-    return insert_job(
-        name=jt.name,
-        queue=jt.queue,
-        payload=row.payload,
-        priority=0,
-        run_at=run_at,
-        max_attempts=jt.max_attempts,
-        lease_seconds=jt.lease_seconds,
-        unique_key=unique_key,
-        effect=jt.effect.value,
-        timeout_seconds=jt.max_runtime,
-        schedule_id=row.pk,
+    return insert_job_of(
+        jt, payload=row.payload, run_at=run_at, unique_key=unique_key, schedule_id=row.pk
     )
 
 
