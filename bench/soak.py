@@ -2,7 +2,8 @@
 snapshot, on a PostgreSQL cluster of the soak's own with production defaults.
 
 ``python -m bench.soak [--minutes T] [--rate R | --fraction F] [--systems ...] [--short]``
-(``make soak``, ``make soak-short``; what it measures and why: bench/README.md, "Soak").
+(``make soak``, ``make soak-short``; what it measures and why: bench/README.md, "Soak");
+``python -m bench.soak --combine OUT.md RUN.json[@REV] ...`` merges runs made separately.
 
 This module owns the whole soak: the cluster (:class:`SoakCluster`, PostgreSQL's defaults plus
 the few settings it states), each system's soak configuration (:class:`SoakTenure`,
@@ -1175,7 +1176,25 @@ def write_report(data: dict[str, Any], out_dir: Path, stem: str) -> Path:
         "[bench/README.md](../README.md#soak)."
     )
     add("")
-    add(f"Command: `{data['command']}` (run time {data['elapsed_seconds'] / 60:.1f} min).")
+    runs = data.get("runs")
+    if runs:
+        add(
+            f"This report combines {len(runs)} runs of the same soak, made one after another on "
+            "this machine with the same harness and the same R; each run `initdb`'d a cluster "
+            "of its own with the same settings (the cluster section is the first run's). "
+            f"Combined with `{data['command']}`."
+        )
+        add("")
+        add("| run | systems | command | run time |")
+        add("|---|---|---|---|")
+        for run in runs:
+            add(
+                f"| {run['source']} ({run['date']}{', ' + run['revision'] if run.get('revision') else ''}) "
+                f"| {', '.join(run['systems'])} | `{run['command']}` "
+                f"| {run['elapsed_seconds'] / 60:.1f} min |"
+            )
+    else:
+        add(f"Command: `{data['command']}` (run time {data['elapsed_seconds'] / 60:.1f} min).")
     add("")
     for err in data.get("errors", []):
         add(f"**The harness broke:** `{err}`")
@@ -1597,11 +1616,68 @@ def run(plan: Plan) -> tuple[dict[str, Any], bool]:
     return data, ok
 
 
+def combine(argv: list[str]) -> Path:
+    """``--combine OUT.md RUN.json[@REVISION] ...``: one report of soaks run separately.
+
+    A 60-minute soak of three systems takes a little over three hours; run as several
+    invocations of the same harness at the same ``--rate``, their ``.json`` files are merged
+    here into one report (``OUT.md``, ``.json``, ``.png``) whose header lists every run, its
+    command, its revision when given, and its run time. Refuses runs at different rates or
+    lengths, and a system that appears in two runs.
+    """
+    if len(argv) < 3:
+        raise SystemExit("usage: python -m bench.soak --combine OUT.md RUN.json[@REV] RUN.json ...")
+    out = Path(argv[0])
+    merged: dict[str, Any] = {}
+    runs: list[dict[str, Any]] = []
+    for arg in argv[1:]:
+        name, _, revision = arg.partition("@")
+        data = json.loads(Path(name).read_text())
+        if not merged:
+            merged = {k: v for k, v in data.items() if k != "systems"}
+            merged["systems"] = {}
+        for key in ("rate",):
+            if data.get(key) != merged.get(key):
+                raise SystemExit(f"{name}: {key} {data.get(key)} differs from {merged.get(key)}")
+        if data["plan"]["minutes"] != merged["plan"]["minutes"]:
+            raise SystemExit(
+                f"{name}: {data['plan']['minutes']} min, not {merged['plan']['minutes']}"
+            )
+        for key in ("capacity", "capacity_end_to_end"):
+            if data.get(key) and not merged.get(key):
+                merged[key] = data[key]
+        twice = set(data["systems"]) & set(merged["systems"])
+        if twice:
+            raise SystemExit(f"{name}: {sorted(twice)} already in an earlier run")
+        merged["systems"].update(data["systems"])
+        runs.append(
+            {
+                "source": Path(name).name,
+                "revision": revision,
+                "date": data["date"],
+                "command": data["command"],
+                "systems": list(data["systems"]),
+                "elapsed_seconds": data["elapsed_seconds"],
+            }
+        )
+    merged["runs"] = runs
+    merged["plan"] = {**merged["plan"], "systems": list(merged["systems"])}
+    merged["elapsed_seconds"] = sum(r["elapsed_seconds"] for r in runs)
+    merged["command"] = (
+        "PYTHONPATH=. var/bench-venv/bin/python -m bench.soak --combine "
+        + " ".join(shlex.quote(a) for a in argv)
+    )
+    return write_report(merged, out.parent, out.stem)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Command line; exits non-zero only when the harness broke, never for a missed target."""
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] == "--generate":
         generate(argv[1:])
+        return 0
+    if argv and argv[0] == "--combine":
+        _log(f"wrote {combine(argv[1:])}")
         return 0
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--minutes", type=float, default=60.0, help="T, per system (60)")
