@@ -502,6 +502,9 @@ class DriverCore:
             created_at=job.created_at,
             executor=job.lease_owner,
             timeout_seconds=job.timeout_seconds,
+            # A claim leaves run_at as it found it: while leased, it is where the job stood.
+            priority=job.priority,
+            due_at=job.run_at,
         )
 
     def leased_job(self, lease: Lease) -> Job | None:

@@ -1,6 +1,6 @@
 """A host project's own ``DATABASES`` entry is enough: Tenure applies the connection settings
 its guarantees need to every new connection of its database, and the system checks refuse to
-start without the ones only the entry's ``OPTIONS`` can give (FAULTS.md item 44)."""
+start without the ones only the entry's ``OPTIONS`` can give (docs/faults.md, 44)."""
 
 from __future__ import annotations
 

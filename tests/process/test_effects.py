@@ -382,7 +382,7 @@ def test_stale_attempt_paused_between_intent_and_call_resumes_after_its_replacem
 def test_an_operator_retry_while_the_reaped_owner_is_paused_before_its_send(
     spawn: Any, env: dict[str, str]
 ) -> None:
-    """FAULTS 43. Each at-most-once owner records its intent and stops before its send; the
+    """Fault 43 (docs/faults.md). Each at-most-once owner records its intent and stops before its send; the
     reaper parks the jobs; the operator finds nothing at the destinations. The retry is
     refused while the owners may be in flight; accepted anyway, the replacement sends, and the
     resumed owners send too: the SMTP sink (no fence) takes a second message, the fenced

@@ -120,7 +120,7 @@ def test_sigterm_releases_a_long_job_without_waiting_for_its_lease(spawn: Any) -
 def test_a_hung_handler_without_a_declared_timeout_is_ended_at_the_default_maximum_runtime(
     spawn: Any, settings: Any
 ) -> None:
-    """FAULTS 42: the heartbeat thread lives, the handler does not progress, and the job type
+    """Fault 42 (docs/faults.md): the heartbeat thread lives, the handler does not progress, and the job type
     declares no timeout. The project's default (2 s here) ends the attempt: it shows as
     overrunning, never running forever; the reaper rescues the job; the hung thread's late
     effect is refused by the fence."""

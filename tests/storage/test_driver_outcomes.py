@@ -188,7 +188,8 @@ def test_expired_leases_lists_leases_expired_longer_than_grace_oldest_first() ->
 
 def test_lease_of_rebuilds_the_lease_a_job_was_claimed_under() -> None:
     d = driver()
-    lease = claim_one(payload={"n": 7})
+    lease = claim_one(payload={"n": 7}, priority=3)
+    assert lease.priority == 3 and lease.due_at is not None
     expire(lease, 30)
     with d.atomic():
         [j] = list(d.expired_leases(5))
@@ -207,6 +208,8 @@ def test_lease_of_rebuilds_the_lease_a_job_was_claimed_under() -> None:
         "max_attempts",
         "executor",
         "timeout_seconds",
+        "priority",
+        "due_at",
     )
     assert {f: getattr(rebuilt, f) for f in fields} == {f: getattr(lease, f) for f in fields}
     d.finish(
