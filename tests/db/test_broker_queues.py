@@ -212,6 +212,7 @@ def test_a_pool_process_that_registers_hints_the_jobs_that_waited_for_a_consumer
         hints, "publish", lambda job_id, queue: sent.append((job_id, queue)) or True
     )
     monkeypatch.setattr(celery_transport, "_state", {})
+    monkeypatch.setattr(celery_transport, "_announced", _fresh_flag())
     # As `celery worker -Q bq-broker` would consume.
     monkeypatch.setattr(
         celery_transport, "_consumed_queues", lambda: [hints.broker_queue("bq-broker")]
@@ -226,3 +227,40 @@ def test_a_pool_process_that_registers_hints_the_jobs_that_waited_for_a_consumer
         assert Job.objects.filter(pk__in=waiting, hinted_at__isnull=False).count() == 3
     finally:
         celery_transport._state["hb"].stop()
+
+
+def _fresh_flag() -> Any:
+    import ctypes
+    import multiprocessing
+
+    return multiprocessing.RawValue(ctypes.c_bool, False)
+
+
+def test_only_the_first_pool_process_of_a_worker_hints_the_backlog(
+    settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The pool's processes share one flag: the first to register hints what waited, the
+    others send nothing (16 of them publishing at once delayed the worker's start by 3 s);
+    one whose hinting failed lets the next try."""
+    from django.db import OperationalError
+
+    from scheduler_core.transports import celery as celery_transport
+
+    settings.TENURE_TRANSPORT = "celery"
+    settings.TENURE_BROKER_QUEUES = ()
+    hints.CONSUMERS.forget()
+    monkeypatch.setattr(celery_transport, "_announced", _fresh_flag())
+    calls: list[str] = []
+
+    def failing() -> int:
+        calls.append("failed")
+        raise OperationalError("the database system is shutting down")
+
+    monkeypatch.setattr(celery_transport, "dispatch_once", failing)
+    celery_transport._announce_backlog()
+    assert not celery_transport._announced.value  # the next process may try
+    monkeypatch.setattr(celery_transport, "dispatch_once", lambda: calls.append("sent") or 3)
+    celery_transport._announce_backlog()
+    celery_transport._announce_backlog()  # a second pool process of the same worker
+    assert calls == ["failed", "sent"]
+    assert celery_transport._announced.value
