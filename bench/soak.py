@@ -1636,9 +1636,8 @@ def combine(argv: list[str]) -> Path:
         if not merged:
             merged = {k: v for k, v in data.items() if k != "systems"}
             merged["systems"] = {}
-        for key in ("rate",):
-            if data.get(key) != merged.get(key):
-                raise SystemExit(f"{name}: {key} {data.get(key)} differs from {merged.get(key)}")
+        if data.get("rate") != merged.get("rate"):
+            raise SystemExit(f"{name}: rate {data.get('rate')} differs from {merged.get('rate')}")
         if data["plan"]["minutes"] != merged["plan"]["minutes"]:
             raise SystemExit(
                 f"{name}: {data['plan']['minutes']} min, not {merged['plan']['minutes']}"

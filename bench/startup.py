@@ -3,8 +3,8 @@ pre-filled queue, read from the database's own timestamps.
 
 ``PYTHONPATH=. var/bench-venv/bin/python -m bench.startup [--systems tenure-celery,tenure]
 [--jobs 4000] [--rounds 3]`` (a few minutes; prints a table, writes
-``var/bench/startup.json``). Each round drains ``--jobs`` no-op jobs exactly as
-:func:`bench.workloads.drain` does at their best (2 worker processes x 8, the jobs enqueued
+``var/bench/startup.json``). Each round is one :func:`bench.workloads.drain` of ``--jobs``
+no-op jobs at their best (2 worker processes x 8, the jobs enqueued
 first, the workers started the moment the enqueue returned, on a cluster of the run's own with
 production defaults), and then reads, relative to that moment by the database's clock: when
 the executor rows were registered (first, median, last), when hints were first and last
@@ -17,14 +17,13 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
-import time
 from pathlib import Path
 from typing import Any
 
-from .common import VAR, connect, median, processes
+from .common import VAR, connect, median
 from .run import server
 from .systems import BEST, Tenure, TenureCelery
-from .workloads import POLL_SECONDS, _agent
+from .workloads import drain
 
 SYSTEMS: dict[str, type[Tenure]] = {"tenure": Tenure, "tenure-celery": TenureCelery}
 
@@ -33,45 +32,42 @@ def _offsets(conn: Any, sql: str, t0: dt.datetime) -> list[float]:
     return [(r[0] - t0).total_seconds() for r in conn.execute(sql, (t0,)).fetchall()]
 
 
-def timeline(
-    system: Tenure, jobs: int, workers: int, label: str, timeout: float = 120
-) -> dict[str, Any]:
-    """One drain of ``jobs`` pre-loaded jobs by ``workers`` processes, as a timeline."""
+def timeline(system: Tenure, jobs: int, workers: int, timeout: float = 120) -> dict[str, Any]:
+    """One :func:`bench.workloads.drain` of ``jobs`` pre-loaded jobs by ``workers`` processes,
+    then its start-up as read from the rows it left, from the moment the workers started."""
     assert system.db
-    system.reset()
-    env = system.env(**system.worker_env(workers))
     conn = connect(system.db)
-    done, progress = 0, []
+    started: list[dt.datetime] = []
     try:
-        _agent(system, "preload", jobs)
-        with processes(label, grace=0.0) as procs:
-            db_t0 = conn.execute("SELECT clock_timestamp()").fetchone()[0]  # type: ignore[index]
-            t0 = time.monotonic()
-            for cmd in system.worker_cmds(workers):
-                procs.start(cmd, env, system.root)
-            while done < jobs and time.monotonic() - t0 < timeout and procs.alive():
-                time.sleep(POLL_SECONDS)
-                done = system.done(conn, jobs)
-                progress.append((time.monotonic() - t0, done))
+        run = drain(
+            system,
+            jobs,
+            workers,
+            timeout=timeout,
+            on_start=lambda: started.append(
+                conn.execute("SELECT clock_timestamp()").fetchone()[0]  # type: ignore[index]
+            ),
+        )
+        t0 = started[0]
         executors = _offsets(
             conn,
             "SELECT started_at FROM tenure_executor WHERE started_at >= %s ORDER BY started_at",
-            db_t0,
+            t0,
         )
         hinted = _offsets(
             conn,
             "SELECT hinted_at FROM tenure_job WHERE hinted_at >= %s ORDER BY hinted_at",
-            db_t0,
+            t0,
         )
         claimed = _offsets(
             conn,
             "SELECT claimed_at FROM tenure_attempt WHERE claimed_at >= %s ORDER BY claimed_at",
-            db_t0,
+            t0,
         )
         finished = _offsets(
             conn,
             "SELECT finished_at FROM tenure_attempt WHERE finished_at >= %s ORDER BY finished_at",
-            db_t0,
+            t0,
         )
     finally:
         conn.close()
@@ -82,8 +78,8 @@ def timeline(
     return {
         "system": system.key,
         "jobs": jobs,
-        "done": done,
-        "whole_seconds": progress[-1][0] if done >= jobs and progress else float("nan"),
+        "done": run["done"],
+        "whole_seconds": run["whole_seconds"],
         "executors_registered": len(executors),
         "executor_first": at(executors, 0),
         "executor_median": median(executors),
@@ -115,9 +111,9 @@ def main() -> None:
         systems = [SYSTEMS[k.strip()](shape=BEST) for k in args.systems.split(",") if k.strip()]
         for s in systems:
             s.install()
-        for r in range(args.rounds):
+        for _ in range(args.rounds):
             for s in systems:
-                row = timeline(s, args.jobs, 2, f"startup-{s.key}-{r}")
+                row = timeline(s, args.jobs, 2)
                 rows.append(row)
                 print(json.dumps(row), flush=True)
     cols = [

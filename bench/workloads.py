@@ -19,6 +19,7 @@ import signal
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -62,7 +63,14 @@ POLL_SECONDS = 0.05
 """How often a drain counts finished jobs: whole-run times are late by at most this."""
 
 
-def drain(system: System, jobs: int, workers: int, *, timeout: float) -> dict[str, Any]:
+def drain(
+    system: System,
+    jobs: int,
+    workers: int,
+    *,
+    timeout: float,
+    on_start: Callable[[], None] | None = None,
+) -> dict[str, Any]:
     """Time ``workers`` worker processes of ``system`` (in its shape) draining ``jobs`` no-op
     jobs; the same procedure for every system and both shapes.
 
@@ -78,6 +86,8 @@ def drain(system: System, jobs: int, workers: int, *, timeout: float) -> dict[st
 
     A drain is time-boxed at ``timeout`` seconds after the enqueue returned; a drain cut by it
     has no whole-run time and its ``whole_per_second`` is what was done over the box.
+    ``on_start`` is called just before the workers are started (:mod:`bench.startup` reads the
+    database's clock there).
     """
     system.reset()
     env = system.env(**system.worker_env(workers))
@@ -86,6 +96,8 @@ def drain(system: System, jobs: int, workers: int, *, timeout: float) -> dict[st
     try:
         with processes(f"{system.key}-{system.shape}-drain-{workers}", grace=0.0) as procs:
             enqueue = _agent(system, "preload", jobs)
+            if on_start is not None:
+                on_start()
             t0 = time.monotonic()
             for cmd in system.worker_cmds(workers):
                 procs.start(cmd, env, system.root)

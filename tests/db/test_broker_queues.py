@@ -241,7 +241,8 @@ def test_only_the_first_pool_process_of_a_worker_hints_the_backlog(
 ) -> None:
     """The pool's processes share one flag: the first to register hints what waited, the
     others send nothing (16 of them publishing at once delayed the worker's start by 3 s);
-    one whose hinting failed lets the next try."""
+    one whose hinting failed lets the next try. The hints are taken from the database by the
+    real dispatcher; only the publish (the broker) and one database failure are stood in for."""
     from django.db import OperationalError
 
     from scheduler_core.transports import celery as celery_transport
@@ -249,18 +250,32 @@ def test_only_the_first_pool_process_of_a_worker_hints_the_backlog(
     settings.TENURE_TRANSPORT = "celery"
     settings.TENURE_BROKER_QUEUES = ()
     hints.CONSUMERS.forget()
+    executor_id = new_executor_id("test-celery")
+    driver().executor_started(
+        executor_id, transport="celery", queues=[hints.broker_queue("bq-broker")], concurrency=1
+    )
     monkeypatch.setattr(celery_transport, "_announced", _fresh_flag())
-    calls: list[str] = []
+    sent: list[int] = []
+    monkeypatch.setattr(hints, "publish", lambda job_id, queue: sent.append(job_id) or True)
+    first = [on_broker.enqueue().pk for _ in range(2)]
+    Job.objects.filter(pk__in=first).update(hinted_at=None)  # as if no consumer was known
+    sent.clear()
 
-    def failing() -> int:
-        calls.append("failed")
+    real = driver().take_due_hints
+
+    def database_restarting(*args: Any, **kwargs: Any) -> Any:
         raise OperationalError("the database system is shutting down")
 
-    monkeypatch.setattr(celery_transport, "dispatch_once", failing)
+    monkeypatch.setattr(driver(), "take_due_hints", database_restarting)
     celery_transport._announce_backlog()
-    assert not celery_transport._announced.value  # the next process may try
-    monkeypatch.setattr(celery_transport, "dispatch_once", lambda: calls.append("sent") or 3)
+    assert sent == [] and not celery_transport._announced.value  # the next process may try
+    monkeypatch.setattr(driver(), "take_due_hints", real)
     celery_transport._announce_backlog()
+    assert sorted(sent) == sorted(first)
+    later = [on_broker.enqueue().pk for _ in range(2)]
+    Job.objects.filter(pk__in=later).update(hinted_at=None)
+    sent.clear()
     celery_transport._announce_backlog()  # a second pool process of the same worker
-    assert calls == ["failed", "sent"]
-    assert celery_transport._announced.value
+    assert sent == []
+    assert not Job.objects.filter(pk__in=later, hinted_at__isnull=False).exists()
+    driver().executor_stopped(executor_id)
