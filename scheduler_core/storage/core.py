@@ -507,6 +507,12 @@ class DriverCore:
             due_at=job.run_at,
         )
 
+    def queue_of(self, job_id: int) -> str | None:
+        """The queue of job ``job_id`` (None when there is no such job)."""
+        return (
+            Job.objects.using(self.alias).filter(pk=job_id).values_list("queue", flat=True).first()
+        )
+
     def leased_job(self, lease: Lease) -> Job | None:
         """``lease``'s job while it is still leased under that fence (else None)."""
         return self._mine(lease).first()  # type: ignore[no-any-return]

@@ -67,7 +67,7 @@ from ..runtime.connections import (
 from ..runtime.heartbeat import Heartbeater
 from ..services.maintenance import dispatch_once
 from ..storage.drivers import driver
-from ..storage.records import new_executor_id
+from ..storage.records import Lease, new_executor_id
 from .checks import celery_problems
 
 log = logging.getLogger("tenure.transports.celery")
@@ -91,7 +91,7 @@ _announce_lock = multiprocessing.Lock()
 class _Recent:
     """Job ids whose success this process committed in the last ``ttl`` seconds (at most
     ``size``). Succeeded is a final state (no operator action leaves it), so a hint for one of
-    them is dropped unasked; the time bound keeps a reset database's reused ids from being
+    them needs no claim of that job (only of its queue's next, :func:`_next_of_queue`); the time bound keeps a reset database's reused ids from being
     dropped for longer than that (the dispatcher re-sends a due job's hint)."""
 
     def __init__(self, size: int, ttl: float) -> None:
@@ -298,26 +298,32 @@ TASK_OPTIONS: dict[str, Any] = {
 
 @shared_task(name=TASK_NAME, **TASK_OPTIONS)  # type: ignore[untyped-decorator]
 def run_job(job_id: Any) -> str:
-    """Claim the job named by the message, if it is still waiting and due, and run it."""
+    """Claim the job named by the message, if it is still waiting and due, or else the next
+    due job of its queue (:func:`_next_of_queue`), and run it and the queue's next jobs
+    (:class:`~scheduler_core.runtime.chain.Chain`)."""
     if isinstance(job_id, bool) or not isinstance(job_id, int):
         log.warning("dropped message with a job id that is not an integer: %r", job_id)
         return "dropped"
     drop_connection_if_broken()
     executor_id, hb = _process_executor()
-    if job_id in _finished_here:
-        log.info("dropped hint for job %s: it succeeded in this process", job_id)
-        hooks.event("hint_dropped", job=job_id)
-        return "dropped"
     if stopping():
         log.info("dropped hint for job %s: this worker is shutting down", job_id)
         hooks.event("hint_dropped", job=job_id)
         return "dropped"
-    leases = driver().claim(executor=executor_id, job_id=job_id, limit=1)
-    metrics.claimed(leases)
-    if not leases:
-        log.info("dropped hint for job %s: unknown, not waiting, or not yet due", job_id)
+    if job_id in _finished_here:
+        log.info("dropped hint for job %s: it succeeded in this process", job_id)
         hooks.event("hint_dropped", job=job_id)
-        return "dropped"
+        leases = []
+    else:
+        leases = driver().claim(executor=executor_id, job_id=job_id, limit=1)
+        metrics.claimed(leases)
+        if not leases:
+            log.info("dropped hint for job %s: unknown, not waiting, or not yet due", job_id)
+            hooks.event("hint_dropped", job=job_id)
+    if not leases:
+        leases = _next_of_queue(job_id, executor_id)
+        if not leases:
+            return "dropped"
     run = Chain(
         executor_id=executor_id,
         queue=leases[0].queue,
@@ -330,6 +336,26 @@ def run_job(job_id: Any) -> str:
         return run.run(leases[0])
     finally:
         _finished_here.extend(run.succeeded)
+
+
+def _next_of_queue(job_id: int, executor_id: str) -> list[Lease]:
+    """A message is a wake-up, not an assignment: when its job was taken already, claim the
+    next due job of the job's queue instead, and chain from it.
+
+    On a backlog the chains of the pool's processes claim the queue's oldest jobs ahead of
+    their own hints, so almost every hint arrives for a job already taken; dropping them
+    left most processes idle between messages while one or two chains drained the queue
+    (``bench.startup``: 2,729 of 2,740 tasks dropped their hint, 4,000 jobs in 13 s)."""
+    queue = driver().queue_of(job_id)
+    if queue is None:
+        return []
+    leases = driver().claim(executor=executor_id, queues=[queue], limit=1)
+    metrics.claimed(leases)
+    if leases:
+        log.info(
+            "hint for job %s: claimed job %s of queue %s instead", job_id, leases[0].job_id, queue
+        )
+    return leases
 
 
 def publish(job_id: int, queue: str) -> None:

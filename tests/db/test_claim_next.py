@@ -111,3 +111,25 @@ def test_a_celery_message_runs_the_queues_due_jobs_back_to_back(
     more = ok.enqueue_many([{"n": i} for i in range(2)])
     assert celery_transport.run_job(more[0]) == "succeeded"
     assert Job.objects.get(pk=more[1]).state == "waiting"
+    # A message is a wake-up: the same hint again (its job succeeded in this process) claims
+    # the queue's next due job instead.
+    assert celery_transport.run_job(more[0]) == "succeeded"
+    assert Job.objects.get(pk=more[1]).state == "succeeded"
+    assert Attempt.objects.filter(job_id__in=more).count() == 2
+
+
+def test_a_hint_whose_job_another_process_holds_runs_the_queues_next_job(
+    settings: Any, celery_task_process: Any
+) -> None:
+    celery_transport = celery_task_process
+    settings.TENURE_CELERY_CHAIN_SECONDS = 0
+    a, b, c = ok.enqueue_many([{"n": i} for i in range(3)])
+    (held,) = driver().claim(executor="t:2:elsewhere", job_id=a, limit=1)
+    # a is leased elsewhere: its hint claims b (the queue's next due job), and only b.
+    assert celery_transport.run_job(a) == "succeeded"
+    states = dict(Job.objects.filter(pk__in=[a, b, c]).values_list("id", "state"))
+    assert states == {a: "leased", b: "succeeded", c: "waiting"}
+    assert Job.objects.get(pk=a).fence == held.fence
+    assert list(Attempt.objects.filter(job_id=a).values_list("executor", flat=True)) == [
+        "t:2:elsewhere"
+    ]
