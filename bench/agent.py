@@ -6,7 +6,9 @@ timed part excludes interpreter start-up and imports.
 Actions: ``enqueue SINGLE BULK`` (SINGLE jobs one transaction each, then BULK in one call),
 ``preload N`` (the fastest way the system offers: one bulk call, or one message at a time for
 Celery alone), ``ping PORT RATE SECONDS`` (open-loop latency), and for Tenure ``hold K
-SECONDS`` (the recovery workload) and ``dashboard JOBS ATTEMPTS REQUESTS [GENERATE]``.
+SECONDS`` (the recovery workload), ``cycle N`` (N jobs through their whole lifecycle one
+after another: enqueue, claim, complete; :mod:`bench.versions`) and ``dashboard JOBS
+ATTEMPTS REQUESTS [GENERATE]``.
 """
 
 from __future__ import annotations
@@ -250,6 +252,23 @@ def ping(ops: Ops, port: int, rate: float, seconds: float) -> dict[str, Any]:
     }
 
 
+def _cycle(n: int) -> None:
+    """``n`` no-op jobs through Tenure's lifecycle, one at a time, with the writes an executor
+    makes: the enqueue, the claim (job row and a new attempt row) and the completion (job row
+    and attempt row)."""
+    from scheduler_core.api import registry
+    from scheduler_core.storage.drivers import driver
+
+    jt = registry.get("bench.noop")
+    assert jt is not None
+    d = driver()
+    for i in range(n):
+        jt.enqueue(seq=i)
+        for lease in d.claim(executor="bench:cycle", queues=[jt.queue], limit=1):
+            with d.atomic():
+                d.complete(lease)
+
+
 def _timed(fn: Any, n: int) -> dict[str, float]:
     t = time.perf_counter()
     fn(n)
@@ -275,6 +294,9 @@ def main(argv: list[str]) -> None:
         assert jt is not None
         ids = [jt.enqueue(seconds=seconds).pk for _ in range(k)]
         print(json.dumps({"ids": ids}))
+        return
+    if action == "cycle":
+        print(json.dumps(_timed(_cycle, int(args[0]))))
         return
     if action == "ping":
         result = ping(ops, int(args[0]), float(args[1]), float(args[2]))

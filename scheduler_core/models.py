@@ -71,7 +71,13 @@ class Job(models.Model):
     deadline_at = models.DateTimeField(
         null=True, blank=True, help_text="When the current attempt's maximum runtime runs out."
     )
-    unique_key = models.CharField(max_length=300, null=True, blank=True, unique=True)
+    unique_key = models.CharField(
+        max_length=300,
+        null=True,
+        blank=True,
+        help_text="At most one job holds a key (Meta.constraints: a unique index of the keys "
+        "set, so jobs without one cost the index nothing).",
+    )
     effect = models.CharField(max_length=20, choices=MODE_CHOICES, default="at_least_once")
     next_kind = models.CharField(
         max_length=10,
@@ -80,7 +86,12 @@ class Job(models.Model):
     )
     version = models.IntegerField(default=1, help_text="Optimistic check for operator actions.")
     schedule = models.ForeignKey(
-        "Schedule", null=True, blank=True, on_delete=models.SET_NULL, related_name="jobs"
+        "Schedule",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="jobs",
+        db_index=False,  # Meta.indexes: only the jobs a schedule fired
     )
     created_at = models.DateTimeField()
     updated_at = models.DateTimeField()
@@ -119,6 +130,23 @@ class Job(models.Model):
             models.Index(fields=["state", "-updated_at", "-id"], name="tenure_job_state"),
             models.Index(fields=["name", "state"], name="tenure_job_name_state"),
             models.Index(fields=["queue", "state"], name="tenure_job_queue_state"),
+            # A schedule's jobs (its page, SET_NULL on its deletion); most jobs have none.
+            models.Index(
+                fields=["schedule"],
+                name="tenure_job_schedule",
+                condition=Q(schedule__isnull=False),
+            ),
+        ]
+        # Every index costs each row version an entry: a claim and a completion each write a
+        # new version, and while a long snapshot is held none of the old entries can go
+        # (docs/operations.md, "Long transactions"). So the key and schedule indexes hold
+        # only the jobs that have one, and nothing is indexed for text patterns.
+        constraints = [
+            models.UniqueConstraint(
+                fields=["unique_key"],
+                name="tenure_job_unique_key",
+                condition=Q(unique_key__isnull=False),
+            )
         ]
 
     def __str__(self) -> str:
@@ -128,7 +156,12 @@ class Job(models.Model):
 class Attempt(models.Model):
     """One try at a job: the fence it was issued and what became of it."""
 
-    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="attempt_set")
+    job = models.ForeignKey(
+        Job,
+        on_delete=models.CASCADE,
+        related_name="attempt_set",
+        db_index=False,  # the unique (job, fence) index serves every lookup by job
+    )
     number = models.IntegerField(help_text="The job's attempt count when this claim was made.")
     fence = models.BigIntegerField()
     kind = models.CharField(max_length=10, default="run")

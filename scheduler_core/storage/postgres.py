@@ -306,7 +306,10 @@ def _insert_job_sql(*, on_conflict: str) -> str:
 
 _INSERT_JOB_PG = {
     False: _insert_job_sql(on_conflict=""),
-    True: _insert_job_sql(on_conflict="ON CONFLICT (unique_key) DO NOTHING"),
+    # The conflict target names the unique index's predicate: the index holds set keys only.
+    True: _insert_job_sql(
+        on_conflict="ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL DO NOTHING"
+    ),
 }
 """:func:`insert_job` on PostgreSQL, without and with a unique key: the insert and the values
 the database sets, in one statement. Written out rather than compiled by the ORM on every

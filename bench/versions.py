@@ -1,0 +1,124 @@
+"""What a held snapshot costs per job: the bytes each of Tenure's job and attempt tables and
+their indexes gain per job while an old snapshot is held, beside what they gain with none
+held and what a job costs them once compact.
+
+``PYTHONPATH=. var/bench-venv/bin/python -m bench.versions [--jobs 5000]`` (a few minutes;
+prints a table, writes ``var/bench/versions.json``). On a cluster of the run's own with
+production defaults (autovacuum on), ``--jobs`` no-op jobs go through their whole lifecycle
+one after another (``bench.agent tenure cycle``: the enqueue, the claim, the completion, as an
+executor writes them) with no snapshot held; then as many again while a ``REPEATABLE READ``
+session holds the snapshot it took before them; then the session ends. Every phase starts
+from tables rewritten compactly (``VACUUM FULL``), and so does the last measure. Each relation's growth is divided by the jobs that
+caused it; compact is the rewritten size divided by the jobs the table holds.
+
+It explains the soak's size verdict (``bench/soak.py``: the tables after the hour against
+after 10 minutes plus the compact bytes of the jobs finished since): while the snapshot is
+held every version a claim and a completion leave behind stays, with its index entries, so
+the verdict holds only where a job's held bytes are at most twice its compact bytes (the
+space those versions take is reused after the snapshot, by the jobs that come later). It is
+a diagnostic, not a benchmark figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from .common import VAR, connect
+from .run import server
+from .systems import Tenure
+from .workloads import _agent
+
+RELATIONS_SQL = """
+    SELECT c.relname, pg_relation_size(c.oid)
+    FROM pg_class AS c JOIN pg_namespace AS n ON n.oid = c.relnamespace
+    WHERE n.nspname = 'public' AND c.relkind IN ('r', 'i')
+        AND (c.relname LIKE 'tenure\\_job%%' OR c.relname LIKE 'tenure\\_attempt%%')
+"""
+
+
+def measure(jobs: int) -> dict[str, Any]:
+    """The bytes per job of every job and attempt relation: free, held, compact."""
+    system = Tenure()
+    system.install()
+    system.reset()
+    assert system.db
+    conn = connect(system.db)
+
+    def sizes() -> dict[str, int]:
+        return {str(r[0]): int(r[1]) for r in conn.execute(RELATIONS_SQL).fetchall()}
+
+    sizes_before_compact: dict[str, int] = {}
+
+    def compact_now() -> None:
+        sizes_before_compact.clear()
+        sizes_before_compact.update(sizes())
+        conn.execute("VACUUM FULL tenure_job")
+        conn.execute("VACUUM FULL tenure_attempt")
+
+    try:
+        _agent(system, "cycle", 500)  # first pages and index levels: not counted
+        compact_now()
+        start = sizes()
+        free = _agent(system, "cycle", jobs)
+        # Each phase starts from compact tables: no free space left by the one before (how
+        # much of it there was depends on when autovacuum happened to run) to fill first.
+        compact_now()
+        after_free = sizes()
+        free_growth = {k: v - start.get(k, 0) for k, v in sizes_before_compact.items()}
+        holder = connect(system.db)
+        try:
+            holder.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+            holder.execute("SELECT count(*) FROM tenure_job").fetchone()
+            held = _agent(system, "cycle", jobs)
+            after_held = sizes()
+        finally:
+            holder.close()
+        compact_now()
+        compact = sizes()
+        kept = int(conn.execute("SELECT count(*) FROM tenure_job").fetchone()[0])  # type: ignore[index]
+    finally:
+        conn.close()
+    rows = {
+        name: {
+            "free": free_growth.get(name, 0) / jobs,
+            "held": (after_held[name] - after_free[name]) / jobs,
+            "compact": compact.get(name, 0) / kept,
+        }
+        for name in sorted(after_held)
+    }
+    total = {k: sum(r[k] for r in rows.values()) for k in ("free", "held", "compact")}
+    return {
+        "jobs": jobs,
+        "jobs_kept": kept,
+        "free_per_second": free["per_second"],
+        "held_per_second": held["per_second"],
+        "relations": rows,
+        "total": total,
+    }
+
+
+def main() -> None:
+    """Command line: measure, print the table, keep the figures."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--jobs", type=int, default=5000)
+    args = parser.parse_args()
+    with server("own"):
+        out = measure(args.jobs)
+    print("| relation | bytes per job, no snapshot held | held | compact |")
+    print("|---|---|---|---|")
+    for name, r in [*out["relations"].items(), ("total", out["total"])]:
+        print(f"| {name} | {r['free']:.0f} | {r['held']:.0f} | {r['compact']:.0f} |")
+    t = out["total"]
+    print(
+        f"held / compact = {t['held'] / t['compact']:.2f} (the soak's size verdict needs at most 2)"
+    )
+    path = VAR / "bench" / "versions.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(out, indent=1))
+    print(f"figures in {path}")
+
+
+if __name__ == "__main__":
+    main()

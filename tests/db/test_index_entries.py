@@ -1,0 +1,96 @@
+"""The job and attempt tables carry only the indexes their queries need, and the unique key
+and the schedule are indexed only where set: every claim and completion writes a new row
+version, and each version costs an entry in every index it appears in — none of which a
+vacuum can remove while an old snapshot is held (docs/operations.md, "A long transaction")."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.db import IntegrityError, connection, transaction
+
+from scheduler_core import job
+from scheduler_core.models import Job, Schedule
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@job(name="tests.indexentries.ok", queue="indexentries")
+def ok(ctx: Any, *, n: int = 0) -> None:
+    """Nothing."""
+
+
+def _indexes(table: str) -> dict[str, list[str]]:
+    with connection.cursor() as cur:
+        found = connection.introspection.get_constraints(cur, table)
+    return {
+        name: list(c["columns"])
+        for name, c in found.items()
+        if c["index"] or c["unique"] or c["primary_key"]
+    }
+
+
+def test_the_job_and_attempt_tables_carry_only_their_listed_indexes() -> None:
+    # A new index here costs every job three more entries (its insert, claim and completion
+    # versions): add it to this list with the query that needs it.
+    job_indexes = {
+        "tenure_job_claim",
+        "tenure_job_leases",
+        "tenure_job_state",
+        "tenure_job_name_state",
+        "tenure_job_queue_state",
+        "tenure_job_schedule",
+        "tenure_job_unique_key",
+    }
+    if connection.vendor == "postgresql":
+        job_indexes.add("tenure_job_payload")
+    got = {n for n in _indexes("tenure_job") if not n.endswith("_pkey") and n != "__primary__"}
+    assert got == job_indexes
+    attempt = {n for n in _indexes("tenure_attempt") if not n.endswith("_pkey")}
+    assert attempt - {"__primary__"} == {"tenure_attempt_job_fence"}
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL's index statistics")
+def test_jobs_without_a_key_or_a_schedule_add_no_entry_to_those_indexes() -> None:
+    ok.enqueue_many([{"n": i} for i in range(50)])
+    ok.enqueue(n=99, unique_key="indexentries-99")
+    with connection.cursor() as cur:
+        cur.execute("ANALYZE tenure_job")
+        cur.execute(
+            "SELECT indexrelid::regclass::text, reltuples FROM pg_index "
+            "JOIN pg_class ON pg_class.oid = pg_index.indexrelid "
+            "WHERE indrelid = 'tenure_job'::regclass"
+        )
+        tuples = dict(cur.fetchall())
+    assert tuples["tenure_job_unique_key"] == 1
+    assert tuples["tenure_job_schedule"] == 0
+    assert tuples["tenure_job_pkey"] == 51
+
+
+def test_a_key_is_still_held_by_one_job_only() -> None:
+    first = ok.enqueue(n=1, unique_key="indexentries-once")
+    again = ok.enqueue(n=2, unique_key="indexentries-once")
+    assert again.pk == first.pk
+    assert Job.objects.filter(unique_key="indexentries-once").count() == 1
+    # The database refuses a second row with the key whatever writes it.
+    row = Job.objects.get(pk=first.pk)
+    row.pk = None
+    with pytest.raises(IntegrityError), transaction.atomic():
+        row.save(force_insert=True)
+    # Jobs without a key are many.
+    ok.enqueue(n=3)
+    ok.enqueue(n=4)
+    assert Job.objects.filter(unique_key__isnull=True, queue="indexentries").count() == 2
+
+
+def test_deleting_a_schedule_still_detaches_its_jobs() -> None:
+    sched = Schedule.objects.create(
+        name="indexentries-every-minute",
+        job_name=ok.name,
+        cron="* * * * *",
+    )
+    j = ok.enqueue(n=5)
+    Job.objects.filter(pk=j.pk).update(schedule=sched)
+    sched.delete()
+    assert Job.objects.get(pk=j.pk).schedule_id is None
