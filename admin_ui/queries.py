@@ -27,6 +27,7 @@ from scheduler_core.models import (
     Job,
     Queue,
     Schedule,
+    in_states,
 )
 from scheduler_core.read import health, liveness
 from scheduler_core.storage.drivers import driver
@@ -116,7 +117,7 @@ def bulk_targets(f: JobFilter, action: str) -> QuerySet[Job]:
         unsettled = driver().unsettled_of_job(OuterRef("pk"))
         return f.queryset().filter(state=State.FAILED).exclude(Exists(unsettled))
     if action == "cancel":
-        return f.queryset().filter(state__in=[State.WAITING, State.FAILED, State.INDETERMINATE])
+        return f.queryset().filter(in_states([State.WAITING, State.FAILED, State.INDETERMINATE]))
     raise ValueError(f"no bulk action {action!r}")
 
 

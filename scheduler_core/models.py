@@ -8,6 +8,7 @@ the storage drivers (``scheduler_core.storage``). Every model's manager reads an
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import TypeVar
 
 from django.db import models
@@ -15,7 +16,7 @@ from django.db.models import Q
 
 from .db import alias
 from .domain.modes import MODE_CHOICES
-from .domain.states import STATE_CHOICES, State
+from .domain.states import MOVING, RESTING, STATE_CHOICES, State
 
 _M = TypeVar("_M", bound=models.Model)
 
@@ -34,6 +35,28 @@ class TenureManager(models.Manager[_M]):
         )
 
 
+_RESTING = [st.value for st in RESTING]
+"""The states the state, name and queue indexes hold (PostgreSQL), as the index predicate."""
+
+
+def in_states(states: Iterable[State | str]) -> Q:
+    """A filter for jobs in any of ``states`` that each state's index can serve: one term per
+    moving state (waiting: the claim index; leased: the leases index) and one ``IN`` for the
+    resting ones (the state index). A single ``state IN (...)`` across both kinds would match
+    no index predicate on PostgreSQL, and the planner would read the table."""
+    wanted = {State(st) for st in states}
+    terms = [Q(state=st.value) for st in MOVING if st in wanted]
+    resting = [st.value for st in RESTING if st in wanted]
+    if resting:
+        terms.append(Q(state=resting[0]) if len(resting) == 1 else Q(state__in=resting))
+    if not terms:
+        return Q(pk__in=[])
+    q = terms[0]
+    for t in terms[1:]:
+        q |= t
+    return q
+
+
 class JobQuerySet(models.QuerySet["Job"]):
     """Named reads used by the executor, the maintenance loop and the dashboard."""
 
@@ -43,8 +66,12 @@ class JobQuerySet(models.QuerySet["Job"]):
     def leased(self) -> JobQuerySet:
         return self.filter(state=State.LEASED)
 
+    def in_states(self, states: Iterable[State | str]) -> JobQuerySet:
+        """Jobs in any of ``states``, read through each state's index (:func:`in_states`)."""
+        return self.filter(in_states(states))
+
     def unfinished(self) -> JobQuerySet:
-        return self.filter(state__in=[State.WAITING, State.LEASED, State.INDETERMINATE])
+        return self.in_states([State.WAITING, State.LEASED, State.INDETERMINATE])
 
 
 class Job(models.Model):
@@ -127,9 +154,30 @@ class Job(models.Model):
                 name="tenure_job_leases",
                 condition=Q(state="leased"),
             ),
-            models.Index(fields=["state", "-updated_at", "-id"], name="tenure_job_state"),
-            models.Index(fields=["name", "state"], name="tenure_job_name_state"),
-            models.Index(fields=["queue", "state"], name="tenure_job_queue_state"),
+            # Jobs at rest, by state and time (retention, the dashboard's lists and counts,
+            # the history rollup), type and queue. Waiting and leased rows are left out: a
+            # claim and a completion each leave a version of them behind, which would cost
+            # these indexes three entries a job, and while a snapshot is held those entries
+            # stay; a plan that read the state='waiting' entries of one of these indexes
+            # instead of the claim index's (the planner costed the two within 1 % of each
+            # other) walked every such entry on every claim (docs/operations.md, "A long
+            # transaction"). On SQLite, which keeps no old versions and could not use these
+            # predicates, they index every row (migration 0010).
+            models.Index(
+                fields=["state", "updated_at", "id"],
+                name="tenure_job_state",
+                condition=Q(state__in=_RESTING),
+            ),
+            models.Index(
+                fields=["name", "state"],
+                name="tenure_job_name_state",
+                condition=Q(state__in=_RESTING),
+            ),
+            models.Index(
+                fields=["queue", "state"],
+                name="tenure_job_queue_state",
+                condition=Q(state__in=_RESTING),
+            ),
             # A schedule's jobs (its page, SET_NULL on its deletion); most jobs have none.
             models.Index(
                 fields=["schedule"],

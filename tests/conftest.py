@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from scheduler_core.api import hints
+from scheduler_core.services import reaper
 from scheduler_core.storage import floors
 from scheduler_core.storage.drivers import driver
 from scheduler_core.storage.records import new_executor_id
@@ -35,12 +36,13 @@ def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
 @pytest.fixture(autouse=True)
 def _tenure_test_settings(settings: Any) -> None:
     """Fast, broker-less defaults; tests that need more set them explicitly. Each test starts
-    with no claim floors: the database it left them for was emptied."""
+    with no claim floors and no reaper walk: the database it left them for was emptied."""
 
     settings.TENURE_TRANSPORT = "polling"
     settings.TENURE_REAP_GRACE_SECONDS = 0.0
     settings.TENURE_POLL_INTERVAL = 0.05
     floors.FLOORS.forget()
+    reaper.WALK.forget()
     hints.CONSUMERS.forget()
 
 

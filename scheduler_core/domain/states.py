@@ -37,6 +37,20 @@ class State(enum.StrEnum):
 TERMINAL: frozenset[State] = frozenset({State.SUCCEEDED, State.FAILED, State.CANCELLED})
 """States no executor ever leaves; only an audited operator action moves a failed job."""
 
+MOVING: tuple[State, ...] = (State.WAITING, State.LEASED)
+"""The states a job passes through on every run. Each claim and completion leaves a row version
+behind in them, so only the index each needs holds their rows: the claim index the waiting
+ones, the leases index the leased ones (``models.Job.Meta``)."""
+
+RESTING: tuple[State, ...] = (
+    State.CANCELLED,
+    State.FAILED,
+    State.INDETERMINATE,
+    State.SUCCEEDED,
+)
+"""The states a job's row stays in until an operator or retention acts: the only rows the
+state, name and queue indexes hold (PostgreSQL), in the order those indexes sort them."""
+
 
 @dataclass(frozen=True, kw_only=True)
 class Transition:

@@ -26,7 +26,7 @@ def queue_overview(counts: dict[str, dict[str, int]] | None = None) -> list[dict
     if counts is None:
         counts = {
             c["queue"]: {"waiting": c["waiting"], "due": c["due"], "leased": c["leased"]}
-            for c in Job.objects.filter(state__in=[State.WAITING, State.LEASED])
+            for c in Job.objects.in_states([State.WAITING, State.LEASED])
             .values("queue")
             .annotate(
                 waiting=Count("id", filter=Q(state=State.WAITING)),

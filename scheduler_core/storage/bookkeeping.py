@@ -8,6 +8,7 @@ import logging
 import os
 import socket
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 from django.db import transaction
@@ -39,9 +40,10 @@ log = logging.getLogger("tenure.storage")
 class Bookkeeping(DriverCore):
     """Reaper, hints, executors and operators, for :class:`~scheduler_core.storage.base.Driver`."""
 
-    def expired_leases(self, grace: float) -> Any:
-        """The leased jobs whose lease expired more than ``grace`` seconds ago, oldest expiry
-        first, locked ``SKIP LOCKED`` on PostgreSQL (call inside a transaction)."""
+    def expired_leases(self, grace: float, *, since: datetime | None = None) -> Any:
+        """The leased jobs whose lease expired more than ``grace`` seconds ago (and not before
+        ``since``, when given), oldest expiry first, locked ``SKIP LOCKED`` on PostgreSQL (call
+        inside a transaction)."""
         qs = (
             Job.objects.using(self.alias)
             # A bound the leases index can stop at: with the wall clock as a mere filter, every
@@ -50,6 +52,11 @@ class Bookkeeping(DriverCore):
             .filter(state=states.State.LEASED, lease_expires_at__lt=DbNow(-grace, search=True))
             .order_by("lease_expires_at")
         )
+        if since is not None:
+            # And one it can start from: every lease that expired before the last sweep's
+            # bound was read by that sweep, and the entries below are, under a held snapshot,
+            # the old versions of every job leased since (services.reaper.LeaseWalk).
+            qs = qs.filter(lease_expires_at__gte=since)
         if self.skips_locked_rows:
             qs = qs.select_for_update(skip_locked=True)
         return qs

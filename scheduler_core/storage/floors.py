@@ -14,6 +14,11 @@ from datetime import datetime
 from ..conf import tenure_settings
 from .records import Lease
 
+FULL_SCAN_SHARE = 0.05
+"""The largest share of a process's time its full reads of a queue may take: the next one comes
+no sooner than its last one's time divided by this (20 x), nor than
+``TENURE_CLAIM_FULL_SCAN_SECONDS``."""
+
 
 class ClaimFloors:
     """Where this process's claims of each queue start reading the claim index (PostgreSQL).
@@ -31,7 +36,8 @@ class ClaimFloors:
     (every enqueue sends one, naming its job's priority and due time) lowers it to that job,
     or adds its priority. A full read from the start still comes on the first claim of a
     queue and every ``TENURE_CLAIM_FULL_SCAN_SECONDS`` whatever happens (a claim rolled back
-    elsewhere, or a lost wake-up, can leave jobs below the floors). A full read cut off by its
+    elsewhere, or a lost wake-up, can leave jobs below the floors), or, when a full read takes
+    longer than a twentieth of that, every twenty times its own time (``FULL_SCAN_SHARE``). A full read cut off by its
     limit may not have reached the lower priorities: before the next claim seeks, the
     priorities below the lowest it took are *discovered* — one index probe per priority that
     has a waiting job (``PostgresDriver._waiting_priorities``) — rather than read again from
@@ -45,6 +51,8 @@ class ClaimFloors:
         self._lock = threading.Lock()
         self._floors: dict[tuple[str, int], datetime] = {}
         self._full_at: dict[str, float] = {}
+        self._full_took: dict[str, float] = {}
+        """How long each queue's last full read took (seconds)."""
         self._cut_off: dict[str, int | None] = {}
         """Queues whose last full read was cut off by its limit: the lowest priority it took
         there (None: it took none of that queue's jobs)."""
@@ -62,7 +70,11 @@ class ClaimFloors:
         with self._lock:
             for q in wanted:
                 full_at = self._full_at.get(q)
-                if full_at is None or now - full_at >= every:
+                # A full read reads every entry a held snapshot keeps, so it grows with the
+                # snapshot's age; spaced by its own cost it takes at most FULL_SCAN_SHARE of
+                # the process's time however long the snapshot is held.
+                spacing = max(every, self._full_took.get(q, 0.0) / FULL_SCAN_SHARE)
+                if full_at is None or now - full_at >= spacing:
                     return []
             return sorted((q, p, f) for (q, p), f in self._floors.items() if q in wanted)
 
@@ -92,9 +104,10 @@ class ClaimFloors:
         limit: int,
         full: bool,
         now: float,
+        elapsed: float = 0.0,
     ) -> None:
-        """Record a claim of up to ``limit`` jobs of ``queues`` (``full``: read from the start)
-        and what it leased."""
+        """Record a claim of up to ``limit`` jobs of ``queues`` (``full``: read from the start,
+        in ``elapsed`` seconds) and what it leased."""
         margin = dt.timedelta(seconds=tenure_settings().CLAIM_FLOOR_MARGIN_SECONDS)
         oldest: dict[tuple[str, int], datetime] = {}
         for lease in leases:
@@ -106,6 +119,7 @@ class ClaimFloors:
             for q in queues:
                 if full:
                     self._full_at[q] = now
+                    self._full_took[q] = elapsed
                     self._rescan.discard(q)
                     if short:
                         self._cut_off.pop(q, None)
@@ -144,6 +158,7 @@ class ClaimFloors:
         with self._lock:
             self._floors.clear()
             self._full_at.clear()
+            self._full_took.clear()
             self._cut_off.clear()
             self._rescan.clear()
             self._pins.clear()

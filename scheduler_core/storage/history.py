@@ -27,7 +27,9 @@ ROLLUP_COUNTS = ("succeeded", "failed", "indeterminate", "retried", "claims")
 
 
 ALL_STATES = tuple(st.value for st in states.State)
-"""Every job state, so a filter on the state index's second column can use it."""
+"""Every job state, so the base driver's rollup can bound its read of the state index by
+``updated_at`` (SQLite's state index holds every row; PostgreSQL's rollup reads each state
+through its own index instead)."""
 
 
 ROLLUP_MARGIN = timedelta(seconds=60)

@@ -34,10 +34,7 @@ from .base import (
 )
 from .clock import to_datetime
 from .floors import FLOORS
-from .history import (
-    ALL_STATES,
-    ROLLUP_MARGIN,
-)
+from .history import ROLLUP_MARGIN
 from .queues import (
     LIMITED_QUEUE,
     open_queue,
@@ -457,7 +454,8 @@ class PostgresDriver(Driver):
         claimed = [r for r in rows if r["id"] is not None]
         leases = leases_from_rows(claimed, executor=executor, sent=sent)
         if job_id is None:
-            FLOORS.learn(queues, leases, limit=limit, full=not seeks, now=sent)
+            took = time.monotonic() - sent
+            FLOORS.learn(queues, leases, limit=limit, full=not seeks, now=sent, elapsed=took)
         limited = rows[0]["limited"]
         if limited and len(leases) < limit:
             leases += self.claim_within_limits(
@@ -525,7 +523,8 @@ class PostgresDriver(Driver):
         claimed = [r for r in rows if r["id"] is not None]
         got = leases_from_rows(claimed, executor=executor, sent=sent)
         if limit > 0:
-            FLOORS.learn(queues, got, limit=limit, full=not seeks, now=sent)
+            took = time.monotonic() - sent
+            FLOORS.learn(queues, got, limit=limit, full=not seeks, now=sent, elapsed=took)
         limited = rows[0]["limited"]
         if limited and len(got) < limit:
             # In the caller's transaction, after the completions: they count as finished.
@@ -702,7 +701,6 @@ class PostgresDriver(Driver):
                     "start": start,
                     "end": end,
                     "since": start - ROLLUP_MARGIN,
-                    "states": list(ALL_STATES),
                 },
             )
             cols = [c[0] for c in cur.description]
@@ -785,12 +783,24 @@ _ROLLUP_KIND = """
     END
 """
 
+_ROLLUP_JOBS = " OR ".join(
+    [
+        "(j.state IN ({}) AND j.updated_at >= %(since)s)".format(
+            ", ".join(f"'{st.value}'" for st in states.RESTING)
+        ),
+        *(f"(j.state = '{st.value}' AND j.updated_at >= %(since)s)" for st in states.MOVING),
+    ]
+)
+"""The jobs an attempt of the rollup's range can belong to (written since it began): one arm
+per index that holds them — the state index's range for jobs at rest, the claim and the leases
+index for waiting and leased jobs (``models.in_states``)."""
+
 _ROLLUP_SQL = f"""
 WITH ended AS (
     SELECT date_trunc('minute', a.finished_at) AS minute, j.queue, j.name, {_ROLLUP_KIND} AS kind
     FROM tenure_attempt a JOIN tenure_job j ON j.id = a.job_id
     WHERE a.finished_at >= %(start)s AND a.finished_at < %(end)s
-        AND j.state = ANY(%(states)s) AND j.updated_at >= %(since)s
+        AND ({_ROLLUP_JOBS})
 ), outcomes AS (
     SELECT minute, queue, name,
         count(*) FILTER (WHERE kind = 'succeeded') AS succeeded,
@@ -810,7 +820,7 @@ WITH ended AS (
             AS wait_p95_ms
     FROM tenure_attempt a JOIN tenure_job j ON j.id = a.job_id
     WHERE a.claimed_at >= %(start)s AND a.claimed_at < %(end)s
-        AND j.state = ANY(%(states)s) AND j.updated_at >= %(since)s
+        AND ({_ROLLUP_JOBS})
     GROUP BY 1, 2, 3
 )
 SELECT minute, queue, name,

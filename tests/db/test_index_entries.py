@@ -94,3 +94,49 @@ def test_deleting_a_schedule_still_detaches_its_jobs() -> None:
     Job.objects.filter(pk=j.pk).update(schedule=sched)
     sched.delete()
     assert Job.objects.get(pk=j.pk).schedule_id is None
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL's index statistics")
+def test_the_state_name_and_queue_indexes_hold_only_jobs_at_rest() -> None:
+    """A waiting or leased row is in the claim or the leases index only: each claim and
+    completion leaves such a version behind, and those versions cost these indexes nothing."""
+    from scheduler_core.storage.drivers import driver
+
+    ok.enqueue_many([{"n": i} for i in range(60)])
+    leases = driver().claim(executor="t:1:entries", queues=["indexentries"], limit=30)
+    for lease in leases[:10]:
+        driver().complete(lease)
+    with connection.cursor() as cur:
+        cur.execute("ANALYZE tenure_job")
+        cur.execute(
+            "SELECT indexrelid::regclass::text, reltuples FROM pg_index "
+            "JOIN pg_class ON pg_class.oid = pg_index.indexrelid "
+            "WHERE indrelid = 'tenure_job'::regclass"
+        )
+        tuples = dict(cur.fetchall())
+    assert tuples["tenure_job_claim"] == 30
+    assert tuples["tenure_job_leases"] == 20
+    for name in ("tenure_job_state", "tenure_job_name_state", "tenure_job_queue_state"):
+        assert tuples[name] == 10, name
+
+
+def test_in_states_finds_every_job_in_the_states_asked_for() -> None:
+    """The filter that reads each state through its own index matches what a plain ``IN``
+    matches, for any mix of moving and resting states."""
+    from scheduler_core.models import in_states
+    from scheduler_core.storage.drivers import driver
+
+    ok.enqueue_many([{"n": i} for i in range(12)])
+    leases = driver().claim(executor="t:1:entries", queues=["indexentries"], limit=8)
+    for lease in leases[:3]:
+        driver().complete(lease)
+    for wanted in (
+        ["waiting"],
+        ["leased", "succeeded"],
+        ["waiting", "leased", "failed", "indeterminate"],
+        ["succeeded", "cancelled"],
+        [],
+    ):
+        got = set(Job.objects.filter(in_states(wanted)).values_list("pk", flat=True))
+        want = set(Job.objects.filter(state__in=wanted).values_list("pk", flat=True))
+        assert got == want, wanted
