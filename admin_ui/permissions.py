@@ -15,12 +15,13 @@ OPERATE_CODENAME = "operate"
 OPERATE_NAME = "Can act on jobs (retry, resolve, cancel) from the operator dashboard"
 
 
-def ensure_operate_permission(apps: Any = None, **_: Any) -> Any:
+def ensure_operate_permission(apps: Any = None, *, using: str | None = None) -> Any:
     """Create the ``operate`` permission on Job if it is missing; return it.
 
     Called by this app's data migration, after every ``migrate``/``flush`` (``post_migrate``,
     since a flush deletes permissions and Django re-creates only its default ones) and by
-    ``create_demo_users``. ``apps`` is the migration state's registry when given.
+    ``create_demo_users``. ``apps`` is the migration state's registry when given; ``using``
+    the database alias (the router's choice when None).
     """
     if apps is None:
         from django.apps import apps as global_apps
@@ -28,8 +29,10 @@ def ensure_operate_permission(apps: Any = None, **_: Any) -> Any:
         apps = global_apps
     content_type_model = apps.get_model("contenttypes", "ContentType")
     permission_model = apps.get_model("auth", "Permission")
-    ct, _ = content_type_model.objects.get_or_create(app_label="scheduler_core", model="job")
-    perm, _ = permission_model.objects.get_or_create(
+    ct, _ = content_type_model.objects.db_manager(using).get_or_create(
+        app_label="scheduler_core", model="job"
+    )
+    perm, _ = permission_model.objects.db_manager(using).get_or_create(
         content_type=ct, codename=OPERATE_CODENAME, defaults={"name": OPERATE_NAME}
     )
     return perm

@@ -6,7 +6,7 @@ from django.db import migrations
 def create(apps, schema_editor):
     from admin_ui.permissions import ensure_operate_permission
 
-    ensure_operate_permission(apps)
+    ensure_operate_permission(apps, using=schema_editor.connection.alias)
 
 
 def remove(apps, schema_editor):
