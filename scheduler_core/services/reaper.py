@@ -81,13 +81,11 @@ WALK = LeaseWalk()
 """This process's lease walk."""
 
 
-def reap(
-    *, limit: int = 100, rng: random.Random | None = None, since: datetime | None = None
-) -> Counter[str]:
-    """Move up to ``limit`` jobs whose lease expired (not before ``since``, when given) on;
-    counts by transition name. A job whose type is not registered in this process is parked,
-    never retried or handed to a fallback."""
-    return _reap(limit=limit, rng=rng, since=since)[0]
+def reap(*, limit: int = 100, rng: random.Random | None = None) -> Counter[str]:
+    """Move up to ``limit`` jobs whose lease expired on; counts by transition name. A job
+    whose type is not registered in this process is parked, never retried or handed to a
+    fallback."""
+    return _reap(limit=limit, rng=rng, since=None)[0]
 
 
 def _reap(

@@ -204,8 +204,8 @@ def test_the_reaper_and_retention_stop_their_index_walks_at_their_time_bound(sea
     assert any(column in line for line in conds), plan
 
 
-def _claim_index_buffers(sql: str, params: list[Any]) -> int:
-    """Shared buffers the statement's reads of the claim index touched (``EXPLAIN (ANALYZE,
+def _index_buffers(index: str, sql: str, params: list[Any]) -> int:
+    """Shared buffers the statement's reads of ``index`` touched (``EXPLAIN (ANALYZE,
     BUFFERS)``: index and rows visited), rolled back."""
     with transaction.atomic(), connection.cursor() as cur:
         cur.execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + sql, params)
@@ -214,7 +214,7 @@ def _claim_index_buffers(sql: str, params: list[Any]) -> int:
 
     def walk(node: dict[str, Any]) -> int:
         own = 0
-        if node.get("Index Name") == "tenure_job_claim":
+        if node.get("Index Name") == index:
             own = int(node.get("Shared Hit Blocks", 0)) + int(node.get("Shared Read Blocks", 0))
         return own + sum(walk(child) for child in node.get("Plans", []))
 
@@ -245,8 +245,8 @@ def test_a_claim_seeks_past_the_entries_a_held_snapshot_keeps() -> None:
             shape, executor=EXEC, queues=["plan_a"], limit=1, seeks=[("plan_a", 0, floor)]
         )
         from_start, from_floor = (
-            _claim_index_buffers(*_claim_statement(["plan_a"], floors=False)),
-            _claim_index_buffers(seek, seek_params),
+            _index_buffers("tenure_job_claim", *_claim_statement(["plan_a"], floors=False)),
+            _index_buffers("tenure_job_claim", seek, seek_params),
         )
         assert from_start > 10 * from_floor, (from_start, from_floor)
         assert from_floor <= 10, from_floor
@@ -452,22 +452,6 @@ def test_no_other_index_holds_the_rows_a_claim_or_the_reaper_looks_for(read: str
     assert without <= {"tenure_job_pkey"}, without
 
 
-def _leases_index_buffers(sql: str, params: list[Any]) -> int:
-    """Shared buffers the statement's reads of the leases index touched, rolled back."""
-    with transaction.atomic(), connection.cursor() as cur:
-        cur.execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + sql, params)
-        plan = cur.fetchone()[0]
-        transaction.set_rollback(True)
-
-    def walk(node: dict[str, Any]) -> int:
-        own = 0
-        if node.get("Index Name") == "tenure_job_leases":
-            own = int(node.get("Shared Hit Blocks", 0)) + int(node.get("Shared Read Blocks", 0))
-        return own + sum(walk(child) for child in node.get("Plans", []))
-
-    return walk((plan[0] if isinstance(plan, list) else plan)["Plan"])
-
-
 @pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL's visibility rules")
 def test_a_sweep_starts_where_the_last_one_left_off_past_the_entries_a_held_snapshot_keeps() -> (
     None
@@ -496,8 +480,8 @@ def test_a_sweep_starts_where_the_last_one_left_off_past_the_entries_a_held_snap
         with transaction.atomic():
             full_sql, full_params = driver().expired_leases(0.0)[:500].query.sql_with_params()
             sql, params = driver().expired_leases(0.0, since=since)[:500].query.sql_with_params()
-        full = _leases_index_buffers(full_sql, list(full_params))
-        walked = _leases_index_buffers(sql, list(params))
+        full = _index_buffers("tenure_job_leases", full_sql, list(full_params))
+        walked = _index_buffers("tenure_job_leases", sql, list(params))
     finally:
         holder.close()
     assert full > 20, full

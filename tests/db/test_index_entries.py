@@ -51,10 +51,8 @@ def test_the_job_and_attempt_tables_carry_only_their_listed_indexes() -> None:
     assert attempt - {"__primary__"} == {"tenure_attempt_job_fence"}
 
 
-@pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL's index statistics")
-def test_jobs_without_a_key_or_a_schedule_add_no_entry_to_those_indexes() -> None:
-    ok.enqueue_many([{"n": i} for i in range(50)])
-    ok.enqueue(n=99, unique_key="indexentries-99")
+def _index_tuples() -> dict[str, float]:
+    """Entries in each index of the job table, as ``ANALYZE`` counts them."""
     with connection.cursor() as cur:
         cur.execute("ANALYZE tenure_job")
         cur.execute(
@@ -62,7 +60,14 @@ def test_jobs_without_a_key_or_a_schedule_add_no_entry_to_those_indexes() -> Non
             "JOIN pg_class ON pg_class.oid = pg_index.indexrelid "
             "WHERE indrelid = 'tenure_job'::regclass"
         )
-        tuples = dict(cur.fetchall())
+        return dict(cur.fetchall())
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL's index statistics")
+def test_jobs_without_a_key_or_a_schedule_add_no_entry_to_those_indexes() -> None:
+    ok.enqueue_many([{"n": i} for i in range(50)])
+    ok.enqueue(n=99, unique_key="indexentries-99")
+    tuples = _index_tuples()
     assert tuples["tenure_job_unique_key"] == 1
     assert tuples["tenure_job_schedule"] == 0
     assert tuples["tenure_job_pkey"] == 51
@@ -106,14 +111,7 @@ def test_the_state_name_and_queue_indexes_hold_only_jobs_at_rest() -> None:
     leases = driver().claim(executor="t:1:entries", queues=["indexentries"], limit=30)
     for lease in leases[:10]:
         driver().complete(lease)
-    with connection.cursor() as cur:
-        cur.execute("ANALYZE tenure_job")
-        cur.execute(
-            "SELECT indexrelid::regclass::text, reltuples FROM pg_index "
-            "JOIN pg_class ON pg_class.oid = pg_index.indexrelid "
-            "WHERE indrelid = 'tenure_job'::regclass"
-        )
-        tuples = dict(cur.fetchall())
+    tuples = _index_tuples()
     assert tuples["tenure_job_claim"] == 30
     assert tuples["tenure_job_leases"] == 20
     for name in ("tenure_job_state", "tenure_job_name_state", "tenure_job_queue_state"):
