@@ -178,6 +178,14 @@ class Job(models.Model):
                 name="tenure_job_queue_state",
                 condition=Q(state__in=_RESTING),
             ),
+            # Waiting jobs claimed before (retried, snoozed, released, rescued), by time: the
+            # history rollup's read of the waiting jobs an attempt of its minute can belong
+            # to. A new job (fence 0) has no entry, so the claim path writes none (0011).
+            models.Index(
+                fields=["updated_at"],
+                name="tenure_job_retried",
+                condition=Q(state="waiting", fence__gt=0),
+            ),
             # A schedule's jobs (its page, SET_NULL on its deletion); most jobs have none.
             models.Index(
                 fields=["schedule"],

@@ -788,12 +788,16 @@ _ROLLUP_JOBS = " OR ".join(
         "(j.state IN ({}) AND j.updated_at >= %(since)s)".format(
             ", ".join(f"'{st.value}'" for st in states.RESTING)
         ),
-        *(f"(j.state = '{st.value}' AND j.updated_at >= %(since)s)" for st in states.MOVING),
+        # A waiting job has an attempt only if it was claimed before (its fence grew): the
+        # retried index holds just those, by time. Through the claim index this arm read every
+        # waiting job, each minute (55 ms at 40,000 waiting, growing with the backlog).
+        f"(j.state = '{states.State.WAITING.value}' AND j.fence > 0 AND j.updated_at >= %(since)s)",
+        f"(j.state = '{states.State.LEASED.value}' AND j.updated_at >= %(since)s)",
     ]
 )
 """The jobs an attempt of the rollup's range can belong to (written since it began): one arm
-per index that holds them — the state index's range for jobs at rest, the claim and the leases
-index for waiting and leased jobs (``models.in_states``)."""
+per index that holds them — the state index's range for jobs at rest, the retried index's for
+waiting jobs claimed before, the leases index for leased jobs (``models.in_states``)."""
 
 _ROLLUP_SQL = f"""
 WITH ended AS (

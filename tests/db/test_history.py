@@ -12,10 +12,13 @@ import datetime as dt
 from typing import Any
 
 import pytest
+from django.db import connection, transaction
 
 from scheduler_core.models import Attempt, Job, MinuteStats
 from scheduler_core.services import history, maintenance
+from scheduler_core.storage import postgres
 from scheduler_core.storage.drivers import driver
+from scheduler_core.storage.history import ROLLUP_MARGIN
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -196,3 +199,40 @@ def test_the_maintenance_round_rolls_history_up() -> None:
     result = maintenance.run_once()
     assert result["history_rows"] >= 1
     assert _rows(m)[("q1", "t.one")]["succeeded"] == 1
+
+
+def test_waiting_jobs_claimed_before_are_rolled_up_and_new_ones_are_not_read() -> None:
+    """A job back to waiting after an attempt (retried, snoozed) counts its claim and what the
+    attempt meant; on PostgreSQL the rollup finds such jobs through the retried index, which
+    holds no new job, so a backlog of new jobs is not read each minute."""
+    m = _minute(3)
+    # Retried in m and waiting for its next attempt.
+    _job(
+        state="waiting",
+        run_at=m + 40 * S,
+        attempts=[{"claimed": m + 2 * S, "finished": m + 3 * S, "outcome": "retried"}],
+    )
+    # Snoozed in m: attempts count back, the fence does not.
+    snoozed = _job(
+        state="waiting",
+        run_at=m + 50 * S,
+        attempts=[{"claimed": m + 4 * S, "finished": m + 5 * S, "outcome": "snoozed"}],
+    )
+    Job.objects.filter(pk=snoozed.pk).update(attempts=0)
+    # A backlog that was never claimed.
+    for i in range(200):
+        _job(state="waiting", run_at=m + i * S, attempts=[])
+    history.rollup(m, m + MIN)
+    row = _rows(m)[("q1", "t.one")]
+    assert (row["retried"], row["claims"], row["succeeded"]) == (1, 2, 0)
+    if connection.vendor != "postgresql":
+        return
+    with transaction.atomic(), connection.cursor() as cur:
+        cur.execute("ANALYZE tenure_job")
+        cur.execute("SET LOCAL enable_seqscan = off")
+        params = {"start": m, "end": m + MIN, "since": m - ROLLUP_MARGIN}
+        cur.execute("EXPLAIN " + postgres._ROLLUP_SQL, params)
+        plan = "\n".join(r[0] for r in cur.fetchall())
+        transaction.set_rollback(True)
+    assert "tenure_job_retried" in plan
+    assert "tenure_job_claim" not in plan

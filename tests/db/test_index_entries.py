@@ -44,7 +44,9 @@ def test_the_job_and_attempt_tables_carry_only_their_listed_indexes() -> None:
         "tenure_job_unique_key",
     }
     if connection.vendor == "postgresql":
-        job_indexes.add("tenure_job_payload")
+        # The retried index holds waiting jobs claimed before: a new job's versions and a
+        # claim's add it no entry (0011).
+        job_indexes |= {"tenure_job_payload", "tenure_job_retried"}
     got = {n for n in _indexes("tenure_job") if not n.endswith("_pkey") and n != "__primary__"}
     assert got == job_indexes
     attempt = {n for n in _indexes("tenure_attempt") if not n.endswith("_pkey")}
@@ -116,6 +118,10 @@ def test_the_state_name_and_queue_indexes_hold_only_jobs_at_rest() -> None:
     assert tuples["tenure_job_leases"] == 20
     for name in ("tenure_job_state", "tenure_job_name_state", "tenure_job_queue_state"):
         assert tuples[name] == 10, name
+    assert tuples["tenure_job_retried"] == 0
+    # Back to waiting after an attempt: in the retried index (the history rollup's read).
+    driver().release_unstarted(leases[10], why="test")
+    assert _index_tuples()["tenure_job_retried"] == 1
 
 
 def test_in_states_finds_every_job_in_the_states_asked_for() -> None:

@@ -113,6 +113,7 @@ def test_big_tables_show_succeeded_and_cancelled_counts_from_the_scheduler_snaps
     assert counts["waiting"] == 2  # live
     assert CountSnapshot.objects.get(queue="retention").n == 3
     settings.TENURE_COUNTS_REFRESH_SECONDS = 0
+    maintenance._CountCost.seconds = 0.0  # the last count's time would space this one out
     Job.objects.filter(pk=ok.enqueue(n=102).pk).update(state="cancelled")
     assert maintenance.refresh_counts() is True
     rows, _, _ = health.overview_counts()
@@ -120,3 +121,25 @@ def test_big_tables_show_succeeded_and_cancelled_counts_from_the_scheduler_snaps
     assert (counts["succeeded"], counts["cancelled"], counts["waiting"]) == (5, 1, 2)
     # Cancelled history is snapshotted too; failed and indeterminate jobs are always live.
     assert set(CountSnapshot.objects.values_list("state", flat=True)) == {"succeeded", "cancelled"}
+
+
+def test_a_count_that_takes_long_comes_no_more_often_than_twenty_times_its_time(
+    settings: Any,
+) -> None:
+    """On a big history the recount is spaced by its own cost, whatever
+    ``TENURE_COUNTS_REFRESH_SECONDS`` says."""
+    settings.TENURE_EXACT_COUNTS_BELOW = -1
+    settings.TENURE_COUNTS_REFRESH_SECONDS = 30
+    _finish(1)
+    maintenance._CountCost.seconds = 0.0
+    assert maintenance.refresh_counts() is True
+    assert maintenance._CountCost.seconds > 0.0
+    # The count is a minute old, twice the setting.
+    CountSnapshot.objects.update(taken_at=driver().now() - dt.timedelta(seconds=60))
+    try:
+        maintenance._CountCost.seconds = 10.0  # as if the last count took 10 s: wait 200 s
+        assert maintenance.refresh_counts() is False
+        maintenance._CountCost.seconds = 2.0  # 40 s
+        assert maintenance.refresh_counts() is True
+    finally:
+        maintenance._CountCost.seconds = 0.0

@@ -921,3 +921,16 @@ def test_create_demo_users_prints_credentials_and_grants_roles(db: Any, capsys: 
     c = Client()
     assert c.login(username="viewer", password="s3cret-demo")
     assert c.get(reverse("admin_ui:overview")).status_code == 200
+
+
+def test_on_a_big_table_the_overview_says_how_old_the_succeeded_count_is_and_how_often_it_is_taken(
+    op_client: Client, settings: Any
+) -> None:
+    from scheduler_core.services import maintenance
+
+    f.succeeded()
+    settings.TENURE_EXACT_COUNTS_BELOW = -1  # every table counts as big
+    assert maintenance.refresh_counts() is True
+    html = op_client.get(reverse("admin_ui:overview")).content.decode()
+    assert 'id="succeeded-as-of"' in html
+    assert "every 30 s, or less often when a recount takes longer than a twentieth" in html
