@@ -789,8 +789,9 @@ _ROLLUP_JOBS = " OR ".join(
             ", ".join(f"'{st.value}'" for st in states.RESTING)
         ),
         # A waiting job has an attempt only if it was claimed before (its fence grew): the
-        # retried index holds just those, by time. Through the claim index this arm read every
-        # waiting job, each minute (55 ms at 40,000 waiting, growing with the backlog).
+        # retried index holds just those, by time. Without it this arm could only read every
+        # waiting job, and with a backlog the planner read the whole attempt table instead
+        # (155 ms a minute on 1,000,000 jobs with 40,000 waiting; 0.05 ms through the index).
         f"(j.state = '{states.State.WAITING.value}' AND j.fence > 0 AND j.updated_at >= %(since)s)",
         f"(j.state = '{states.State.LEASED.value}' AND j.updated_at >= %(since)s)",
     ]
