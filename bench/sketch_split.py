@@ -8,8 +8,9 @@ migrated to Tenure's current schema, the harness runs each job's enqueue, claim,
 completion and attempt outcome as single statements, one job after another, on Tenure's tables
 ("as today") and on sketch tables with the split ("split"), which carry the same indexes,
 with the claim, leases and state indexes on the narrow row. Each phase is measured as
-:mod:`bench.versions` does (no snapshot held, then as many jobs while a ``REPEATABLE READ``
-session holds the snapshot it took before them, each from tables rewritten compactly), so the
+:mod:`bench.versions` does, by its :func:`~bench.versions.phases` (no snapshot held, then as
+many jobs while a ``REPEATABLE READ`` session holds the snapshot it took before them, each from
+tables rewritten compactly), so the
 two rows of the table compare like with like; "as today" is the check that these statements
 cost what the executor's do (``bench.versions`` measures those).
 
@@ -28,6 +29,7 @@ import psycopg
 from .common import connect
 from .run import server
 from .systems import Tenure
+from .versions import phases
 
 EXECUTOR = "bench-host:123456:exec-6f1c2b9e4a"
 """An executor id of the shape and length executors write (``records.new_executor_id``)."""
@@ -134,56 +136,16 @@ def cycle_split(conn: psycopg.Connection[Any], jobs: int) -> None:
         conn.execute(OUTCOME_SQL.format(attempt="sketch_attempt"), [aid])
 
 
-SIZES_SQL = """
-    SELECT c.relname, pg_relation_size(c.oid)
-    FROM pg_class AS c JOIN pg_namespace AS n ON n.oid = c.relnamespace
-    WHERE n.nspname = 'public' AND c.relkind IN ('r', 'i') AND c.relname ~ %s
-"""
-
-
-def measure(
+def _bytes_per_job(
     db: str,
     jobs: int,
     tables: list[str],
     pattern: str,
     cycle: Callable[[psycopg.Connection[Any], int], None],
 ) -> dict[str, dict[str, float]]:
-    """Bytes per job of each relation matching ``pattern``: free, held, compact."""
-    conn = connect(db)
-
-    def sizes() -> dict[str, int]:
-        return {str(r[0]): int(r[1]) for r in conn.execute(SIZES_SQL, [pattern]).fetchall()}
-
-    def compact() -> None:
-        for t in tables:
-            conn.execute(f"VACUUM FULL {t}")
-
-    try:
-        cycle(conn, 500)  # first pages and index levels: not counted
-        compact()
-        start = sizes()
-        cycle(conn, jobs)
-        free = sizes()
-        compact()
-        before_held = sizes()
-        with connect(db) as holder:
-            holder.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
-            holder.execute(f"SELECT count(*) FROM {tables[0]}").fetchone()
-            cycle(conn, jobs)
-            held = sizes()
-        compact()
-        kept = int(_one(conn, f"SELECT count(*) FROM {tables[0]}", []))
-        at_end = sizes()
-    finally:
-        conn.close()
-    return {
-        name: {
-            "free": (free[name] - start.get(name, 0)) / jobs,
-            "held": (held[name] - before_held.get(name, 0)) / jobs,
-            "compact": at_end[name] / kept,
-        }
-        for name in sorted(at_end)
-    }
+    """:func:`bench.versions.phases` with ``cycle`` driven by one connection of the harness."""
+    with connect(db) as conn:
+        return phases(db, jobs, tables, pattern, lambda n: cycle(conn, n))[0]
 
 
 def main() -> None:
@@ -199,14 +161,14 @@ def main() -> None:
         with connect(system.db) as conn:
             conn.execute(SKETCH_DDL)
         layouts = {
-            "as today": measure(
+            "as today": _bytes_per_job(
                 system.db,
                 args.jobs,
                 ["tenure_job", "tenure_attempt"],
                 "^tenure_(job|attempt)",
                 cycle_today,
             ),
-            "split": measure(
+            "split": _bytes_per_job(
                 system.db,
                 args.jobs,
                 ["sketch_job", "sketch_state", "sketch_attempt"],

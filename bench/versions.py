@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Callable
 from typing import Any
 
 from .common import VAR, connect
@@ -30,54 +31,55 @@ from .run import server
 from .systems import Tenure
 from .workloads import _agent
 
-RELATIONS_SQL = """
+SIZES_SQL = """
     SELECT c.relname, pg_relation_size(c.oid)
     FROM pg_class AS c JOIN pg_namespace AS n ON n.oid = c.relnamespace
-    WHERE n.nspname = 'public' AND c.relkind IN ('r', 'i')
-        AND (c.relname LIKE 'tenure\\_job%%' OR c.relname LIKE 'tenure\\_attempt%%')
+    WHERE n.nspname = 'public' AND c.relkind IN ('r', 'i') AND c.relname ~ %s
 """
 
 
-def measure(jobs: int) -> dict[str, Any]:
-    """The bytes per job of every job and attempt relation: free, held, compact."""
-    system = Tenure()
-    system.install()
-    system.reset()
-    assert system.db
-    conn = connect(system.db)
+def phases(
+    db: str, jobs: int, tables: list[str], pattern: str, cycle: Callable[[int], Any]
+) -> tuple[dict[str, dict[str, float]], int, Any, Any]:
+    """The three phases on the relations whose names match ``pattern``: ``cycle(n)`` puts n
+    jobs through their lifecycle with no snapshot held, then while one is held, each phase
+    from ``tables`` rewritten compactly (the first is the one the holder reads). Returns the
+    bytes per job of each relation (free, held, compact), the jobs the tables hold, and what
+    the two measured cycles returned."""
+    conn = connect(db)
 
     def sizes() -> dict[str, int]:
-        return {str(r[0]): int(r[1]) for r in conn.execute(RELATIONS_SQL).fetchall()}
+        return {str(r[0]): int(r[1]) for r in conn.execute(SIZES_SQL, [pattern]).fetchall()}
 
     sizes_before_compact: dict[str, int] = {}
 
     def compact_now() -> None:
         sizes_before_compact.clear()
         sizes_before_compact.update(sizes())
-        conn.execute("VACUUM FULL tenure_job")
-        conn.execute("VACUUM FULL tenure_attempt")
+        for table in tables:
+            conn.execute(f"VACUUM FULL {table}")
 
     try:
-        _agent(system, "cycle", 500)  # first pages and index levels: not counted
+        cycle(500)  # first pages and index levels: not counted
         compact_now()
         start = sizes()
-        free = _agent(system, "cycle", jobs)
+        free = cycle(jobs)
         # Each phase starts from compact tables: no free space left by the one before (how
         # much of it there was depends on when autovacuum happened to run) to fill first.
         compact_now()
         after_free = sizes()
         free_growth = {k: v - start.get(k, 0) for k, v in sizes_before_compact.items()}
-        holder = connect(system.db)
+        holder = connect(db)
         try:
             holder.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
-            holder.execute("SELECT count(*) FROM tenure_job").fetchone()
-            held = _agent(system, "cycle", jobs)
+            holder.execute(f"SELECT count(*) FROM {tables[0]}").fetchone()
+            held = cycle(jobs)
             after_held = sizes()
         finally:
             holder.close()
         compact_now()
         compact = sizes()
-        kept = int(conn.execute("SELECT count(*) FROM tenure_job").fetchone()[0])  # type: ignore[index]
+        kept = int(conn.execute(f"SELECT count(*) FROM {tables[0]}").fetchone()[0])  # type: ignore[index]
     finally:
         conn.close()
     rows = {
@@ -88,6 +90,22 @@ def measure(jobs: int) -> dict[str, Any]:
         }
         for name in sorted(after_held)
     }
+    return rows, kept, free, held
+
+
+def measure(jobs: int) -> dict[str, Any]:
+    """The bytes per job of every job and attempt relation: free, held, compact."""
+    system = Tenure()
+    system.install()
+    system.reset()
+    assert system.db
+    rows, kept, free, held = phases(
+        system.db,
+        jobs,
+        ["tenure_job", "tenure_attempt"],
+        "^tenure_(job|attempt)",
+        lambda n: _agent(system, "cycle", n),
+    )
     total = {k: sum(r[k] for r in rows.values()) for k in ("free", "held", "compact")}
     return {
         "jobs": jobs,
