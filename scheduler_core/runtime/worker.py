@@ -9,7 +9,6 @@ import contextlib
 import logging
 import queue as queue_mod
 import random
-import signal
 import threading
 import time
 from collections.abc import Sequence
@@ -31,6 +30,7 @@ from .connections import drop_connection_if_broken, limit_idle_transactions, reg
 from .context import JobContext
 from .group import write_completions
 from .heartbeat import Heartbeater
+from .process_signals import StopOnSignal
 
 log = logging.getLogger("tenure.executor")
 
@@ -105,8 +105,9 @@ class Worker:
         self._wake.set()
 
     def install_signal_handlers(self) -> None:
-        signal.signal(signal.SIGTERM, self.request_stop)
-        signal.signal(signal.SIGINT, self.request_stop)
+        """SIGTERM and SIGINT stop the executor, SIGUSR1 writes its threads' stacks
+        (:mod:`.process_signals`: no handler takes a lock)."""
+        StopOnSignal(self.request_stop).install()
 
     def _register(self) -> None:
         """Write the executor's liveness row, waiting (with backoff, never spinning) for a

@@ -13,7 +13,6 @@ once: the writes are conditional and skip rows others hold.
 from __future__ import annotations
 
 import logging
-import signal
 import threading
 import time
 from typing import Any
@@ -24,6 +23,7 @@ from ..api import hints
 from ..conf import tenure_settings
 from ..read import health, liveness
 from ..runtime.connections import register_executor
+from ..runtime.process_signals import StopOnSignal
 from ..storage.drivers import driver
 from ..storage.records import new_executor_id
 from . import history, reaper, scheduling
@@ -146,8 +146,9 @@ class Maintenance:
         self._stop.set()
 
     def install_signal_handlers(self) -> None:
-        signal.signal(signal.SIGTERM, self.request_stop)
-        signal.signal(signal.SIGINT, self.request_stop)
+        """SIGTERM and SIGINT stop the loop after its round, SIGUSR1 writes its threads'
+        stacks (:mod:`..runtime.process_signals`: no handler takes a lock)."""
+        StopOnSignal(self.request_stop).install()
 
     def run(self, *, rounds: int | None = None) -> None:
         """Rounds until stopped (or ``rounds`` of them); the liveness row records the stop."""

@@ -43,7 +43,16 @@ def stop(procs: list[subprocess.Popen[bytes]]) -> None:
     for p in procs:
         p.send_signal(signal.SIGTERM)
     for p in procs:
-        assert p.wait(timeout=60) == 0
+        try:
+            code = p.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            p.send_signal(signal.SIGUSR1)  # its threads' stacks, into its log
+            time.sleep(1.0)
+            pytest.fail(
+                "a scheduler did not stop within 60 s of SIGTERM; the end of its log:\n"
+                + p.log_path.read_text(errors="replace")[-6000:]
+            )
+        assert code == 0
 
 
 def fire_times(schedule: Schedule) -> list[dt.datetime]:

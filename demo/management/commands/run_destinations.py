@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import signal
 import threading
 from typing import Any
 
@@ -14,6 +13,7 @@ from django.core.servers.basehttp import (
 )
 
 from demo import smtp_sink
+from scheduler_core.runtime.process_signals import StopOnSignal
 
 
 class _QuietHandler(WSGIRequestHandler):
@@ -38,8 +38,7 @@ class Command(BaseCommand):
         httpd.set_app(get_internal_wsgi_application())
         smtp = smtp_sink.start(host, opts["smtp_port"])
         stop = threading.Event()
-        signal.signal(signal.SIGTERM, lambda *_: stop.set())
-        signal.signal(signal.SIGINT, lambda *_: stop.set())
+        StopOnSignal(stop.set).install()  # no lock taken in the handler (its module says why)
         server = threading.Thread(target=httpd.serve_forever, name="demo-http", daemon=True)
         server.start()
         self.stdout.write(
