@@ -2,17 +2,19 @@
 held if the job row were split in two — a wide row written once (type, queue, payload, limits)
 and a narrow row that the claim and the completion rewrite (state, fence, lease, times).
 
-``PYTHONPATH=. var/bench-venv/bin/python -m bench.sketch_split [--jobs 5000]`` (a few
-minutes; prints a table). On a cluster of its own with production defaults, in a database
-migrated to Tenure's current schema, the harness runs each job's enqueue, claim, attempt row,
-completion and attempt outcome as single statements, one job after another, on Tenure's tables
-("as today") and on sketch tables with the split ("split"), which carry the same indexes,
-with the claim, leases and state indexes on the narrow row. Each phase is measured as
-:mod:`bench.versions` does, by its :func:`~bench.versions.phases` (no snapshot held, then as
-many jobs while a ``REPEATABLE READ`` session holds the snapshot it took before them, each from
-tables rewritten compactly), so the
-two rows of the table compare like with like; "as today" is the check that these statements
-cost what the executor's do (``bench.versions`` measures those).
+``PYTHONPATH=. var/bench-venv/bin/python -m bench.sketch_split [--jobs 5000]
+[--payload-pad N]`` (a few minutes; prints a table). On a cluster of its own with production
+defaults, in a database migrated to Tenure's current schema, the harness runs each job's
+enqueue, claim, attempt row, completion and attempt outcome as single statements, one job
+after another, on Tenure's tables ("as today"), on sketch tables with the split ("split"),
+which carry the same indexes, with the claim, leases and state indexes on the narrow row, and
+on today's tables with only the payload in a row apart ("payload apart"). A payload is one
+number, and ``--payload-pad`` more random letters (a job's arguments of some size). Each
+phase is measured as :mod:`bench.versions` does, by its :func:`~bench.versions.phases` (no
+snapshot held, then as many jobs while a ``REPEATABLE READ`` session holds the snapshot it
+took before them, each from tables rewritten compactly), so the layouts compare like with
+like; "as today" is the check that these statements cost what the executor's do
+(``bench.versions`` measures those).
 
 The soak's size verdict needs held ÷ compact at most 2 (``bench/versions.py``).
 """
@@ -21,6 +23,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import random
+import string
 from collections.abc import Callable
 from typing import Any
 
@@ -66,6 +70,13 @@ CREATE INDEX sketch_state_name_state ON sketch_state (name, state)
 CREATE INDEX sketch_state_queue_state ON sketch_state (queue, state)
     WHERE state IN ('cancelled', 'failed', 'indeterminate', 'succeeded');
 CREATE TABLE sketch_attempt (LIKE tenure_attempt INCLUDING ALL);
+DROP TABLE IF EXISTS sketch2_attempt, sketch2_payload, sketch2_job CASCADE;
+CREATE TABLE sketch2_job (LIKE tenure_job INCLUDING ALL);
+ALTER TABLE sketch2_job DROP COLUMN payload;
+CREATE TABLE sketch2_payload (
+    job_id bigint PRIMARY KEY REFERENCES sketch2_job (id), payload jsonb NOT NULL);
+CREATE INDEX sketch2_payload_payload ON sketch2_payload USING gin (payload jsonb_path_ops);
+CREATE TABLE sketch2_attempt (LIKE tenure_attempt INCLUDING ALL);
 """
 
 ATTEMPT_SQL = """
@@ -92,7 +103,21 @@ def _one(conn: psycopg.Connection[Any], sql: str, params: list[Any]) -> Any:
     return row[0]
 
 
-def cycle_today(conn: psycopg.Connection[Any], jobs: int) -> None:
+MAX_PAD = 1800
+"""The largest ``--payload-pad``: from about 2 kB a row's payload is stored out of line (TOAST),
+once for all its versions, in a relation the sizes here leave out."""
+
+
+def payload(i: int, pad: int) -> str:
+    """Job ``i``'s payload: its number and ``pad`` letters more, drawn at random so that the
+    database cannot compress them (a payload of some size, as a real job's arguments)."""
+    if not pad:
+        return json.dumps({"n": i})
+    letters = "".join(random.Random(i).choices(string.ascii_letters, k=pad))
+    return json.dumps({"n": i, "pad": letters})
+
+
+def cycle_today(conn: psycopg.Connection[Any], jobs: int, pad: int = 0) -> None:
     """``jobs`` no-op jobs through their lifecycle on Tenure's own tables."""
     for i in range(jobs):
         jid = _one(
@@ -102,7 +127,7 @@ def cycle_today(conn: psycopg.Connection[Any], jobs: int) -> None:
                 created_at, updated_at, last_error, reason, timeout_seconds)
             VALUES ('bench.noop', 'default', %s, 0, now(), 'waiting', 0, '', 0, 5, 30,
                 'at_least_once', 'run', 1, now(), now(), '', '', 0) RETURNING id""",
-            [json.dumps({"n": i})],
+            [payload(i, pad)],
         )
         conn.execute(f"UPDATE tenure_job SET {CLAIM_SET} WHERE id = %s", [EXECUTOR, jid])
         attempt = ATTEMPT_SQL.format(attempt="tenure_attempt", key="id", state="tenure_job")
@@ -111,7 +136,29 @@ def cycle_today(conn: psycopg.Connection[Any], jobs: int) -> None:
         conn.execute(OUTCOME_SQL.format(attempt="tenure_attempt"), [aid])
 
 
-def cycle_split(conn: psycopg.Connection[Any], jobs: int) -> None:
+def cycle_payload_apart(conn: psycopg.Connection[Any], jobs: int, pad: int = 0) -> None:
+    """``jobs`` no-op jobs through the same lifecycle with only the payload in a row apart."""
+    for i in range(jobs):
+        jid = _one(
+            conn,
+            """INSERT INTO sketch2_job (name, queue, priority, run_at, state, fence,
+                lease_owner, attempts, max_attempts, lease_seconds, effect, next_kind, version,
+                created_at, updated_at, last_error, reason, timeout_seconds)
+            VALUES ('bench.noop', 'default', 0, now(), 'waiting', 0, '', 0, 5, 30,
+                'at_least_once', 'run', 1, now(), now(), '', '', 0) RETURNING id""",
+            [],
+        )
+        conn.execute(
+            "INSERT INTO sketch2_payload (job_id, payload) VALUES (%s, %s)", [jid, payload(i, pad)]
+        )
+        conn.execute(f"UPDATE sketch2_job SET {CLAIM_SET} WHERE id = %s", [EXECUTOR, jid])
+        attempt = ATTEMPT_SQL.format(attempt="sketch2_attempt", key="id", state="sketch2_job")
+        aid = _one(conn, attempt, [jid])
+        conn.execute(f"UPDATE sketch2_job SET {COMPLETE_SET} WHERE id = %s", [jid])
+        conn.execute(OUTCOME_SQL.format(attempt="sketch2_attempt"), [aid])
+
+
+def cycle_split(conn: psycopg.Connection[Any], jobs: int, pad: int = 0) -> None:
     """``jobs`` no-op jobs through the same lifecycle on the sketch's split tables."""
     for i in range(jobs):
         jid = _one(
@@ -120,7 +167,7 @@ def cycle_split(conn: psycopg.Connection[Any], jobs: int) -> None:
                 lease_seconds, timeout_seconds, effect, created_at)
             VALUES ('bench.noop', 'default', %s, 0, 5, 30, 0, 'at_least_once', now())
             RETURNING id""",
-            [json.dumps({"n": i})],
+            [payload(i, pad)],
         )
         conn.execute(
             """INSERT INTO sketch_state (job_id, queue, name, priority, state, run_at, fence,
@@ -141,18 +188,30 @@ def _bytes_per_job(
     jobs: int,
     tables: list[str],
     pattern: str,
-    cycle: Callable[[psycopg.Connection[Any], int], None],
+    cycle: Callable[[psycopg.Connection[Any], int, int], None],
+    pad: int,
 ) -> dict[str, dict[str, float]]:
     """:func:`bench.versions.phases` with ``cycle`` driven by one connection of the harness."""
     with connect(db) as conn:
-        return phases(db, jobs, tables, pattern, lambda n: cycle(conn, n))[0]
+        return phases(db, jobs, tables, pattern, lambda n: cycle(conn, n, pad))[0]
 
 
 def main() -> None:
     """Command line: both layouts, one table each and their totals."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--jobs", type=int, default=5000)
+    parser.add_argument(
+        "--payload-pad",
+        type=int,
+        default=0,
+        help=f"letters added to each job's payload (0: a payload of one number; at most {MAX_PAD})",
+    )
     args = parser.parse_args()
+    if not 0 <= args.payload_pad <= MAX_PAD:
+        parser.error(
+            f"--payload-pad must be between 0 and {MAX_PAD}: a larger payload is stored out of "
+            "the row (TOAST), which these sizes do not count"
+        )
     with server("own"):
         system = Tenure()
         system.install()
@@ -167,6 +226,7 @@ def main() -> None:
                 ["tenure_job", "tenure_attempt"],
                 "^tenure_(job|attempt)",
                 cycle_today,
+                args.payload_pad,
             ),
             "split": _bytes_per_job(
                 system.db,
@@ -174,6 +234,15 @@ def main() -> None:
                 ["sketch_job", "sketch_state", "sketch_attempt"],
                 "^sketch_",
                 cycle_split,
+                args.payload_pad,
+            ),
+            "payload apart": _bytes_per_job(
+                system.db,
+                args.jobs,
+                ["sketch2_job", "sketch2_payload", "sketch2_attempt"],
+                "^sketch2_",
+                cycle_payload_apart,
+                args.payload_pad,
             ),
         }
     print("| layout | relation | bytes per job, no snapshot held | held | compact |")
