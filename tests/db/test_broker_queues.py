@@ -174,6 +174,66 @@ def test_a_pool_process_that_cannot_register_at_fork_registers_when_the_database
         celery_transport._state["hb"].stop()
 
 
+def test_a_pool_process_is_ready_for_messages_before_its_registration_is_written(
+    monkeypatch: pytest.MonkeyPatch, settings: Any
+) -> None:
+    """The worker_process_init receiver returns at once and registers from a thread: a pool
+    process takes messages only once the receiver has returned, and 16 of them each opening a
+    connection there delayed a worker's first message by seconds (bench.startup). A message
+    that comes first waits for the registration under its lock."""
+    import threading
+    import time
+
+    from scheduler_core.models import Executor
+    from scheduler_core.transports import celery as celery_transport
+
+    settings.TENURE_TRANSPORT = "celery"
+    settings.TENURE_BROKER_QUEUES = ()
+    release = threading.Event()
+    real = driver().executor_started
+
+    def slow_database(*args: Any, **kwargs: Any) -> None:
+        assert release.wait(30)
+        real(*args, **kwargs)
+
+    monkeypatch.setattr(driver(), "executor_started", slow_database)
+    monkeypatch.setattr(celery_transport, "_state", {})
+    monkeypatch.setattr(celery_transport, "_announced", _fresh_flag())
+    monkeypatch.setattr(hints, "publish", lambda job_id, queue: True)
+    started = time.monotonic()
+    celery_transport._process_started()  # the worker_process_init handler
+    assert time.monotonic() - started < 1.0
+    assert not Executor.objects.filter(transport="celery").exists()
+    release.set()
+    executor_id, hb = celery_transport._process_executor()  # a first message's task
+    try:
+        assert Executor.objects.filter(pk=executor_id, transport="celery").exists()
+        for t in threading.enumerate():
+            if t.name == "tenure-register":
+                t.join(10)
+        assert Executor.objects.filter(transport="celery").count() == 1
+    finally:
+        hb.stop()
+
+
+def test_a_celery_worker_freezes_its_start_up_objects_before_the_pool_forks() -> None:
+    """worker_init (sent before the pool is created) puts the objects loaded so far out of the
+    collector's reach: Celery collects before each fork, 55 ms a fork with them walked."""
+    import gc
+
+    from celery.signals import worker_init
+
+    from scheduler_core.transports import celery as celery_transport
+
+    assert celery_transport._freeze_startup_objects in worker_init._live_receivers(None)
+    gc.unfreeze()
+    try:
+        celery_transport._freeze_startup_objects()
+        assert gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()
+
+
 def test_the_first_consumer_is_noticed_within_a_second(settings: Any) -> None:
     """A read that found no consumer is trusted for a second only (one that found some, for
     five): jobs enqueued before the first worker started wait about a second, not five."""
