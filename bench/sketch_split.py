@@ -108,6 +108,17 @@ MAX_PAD = 1800
 once for all its versions, in a relation the sizes here leave out."""
 
 
+def _claim_and_finish(
+    conn: psycopg.Connection[Any], jid: int, state: str, key: str, attempt: str
+) -> None:
+    """Job ``jid``'s claim, attempt row, completion and attempt outcome, each a statement, on
+    the table that holds its state (by ``key``) and the attempt table."""
+    conn.execute(f"UPDATE {state} SET {CLAIM_SET} WHERE {key} = %s", [EXECUTOR, jid])
+    aid = _one(conn, ATTEMPT_SQL.format(attempt=attempt, key=key, state=state), [jid])
+    conn.execute(f"UPDATE {state} SET {COMPLETE_SET} WHERE {key} = %s", [jid])
+    conn.execute(OUTCOME_SQL.format(attempt=attempt), [aid])
+
+
 def payload(i: int, pad: int) -> str:
     """Job ``i``'s payload: its number and ``pad`` letters more, drawn at random so that the
     database cannot compress them (a payload of some size, as a real job's arguments)."""
@@ -129,11 +140,7 @@ def cycle_today(conn: psycopg.Connection[Any], jobs: int, pad: int = 0) -> None:
                 'at_least_once', 'run', 1, now(), now(), '', '', 0) RETURNING id""",
             [payload(i, pad)],
         )
-        conn.execute(f"UPDATE tenure_job SET {CLAIM_SET} WHERE id = %s", [EXECUTOR, jid])
-        attempt = ATTEMPT_SQL.format(attempt="tenure_attempt", key="id", state="tenure_job")
-        aid = _one(conn, attempt, [jid])
-        conn.execute(f"UPDATE tenure_job SET {COMPLETE_SET} WHERE id = %s", [jid])
-        conn.execute(OUTCOME_SQL.format(attempt="tenure_attempt"), [aid])
+        _claim_and_finish(conn, jid, "tenure_job", "id", "tenure_attempt")
 
 
 def cycle_payload_apart(conn: psycopg.Connection[Any], jobs: int, pad: int = 0) -> None:
@@ -151,11 +158,7 @@ def cycle_payload_apart(conn: psycopg.Connection[Any], jobs: int, pad: int = 0) 
         conn.execute(
             "INSERT INTO sketch2_payload (job_id, payload) VALUES (%s, %s)", [jid, payload(i, pad)]
         )
-        conn.execute(f"UPDATE sketch2_job SET {CLAIM_SET} WHERE id = %s", [EXECUTOR, jid])
-        attempt = ATTEMPT_SQL.format(attempt="sketch2_attempt", key="id", state="sketch2_job")
-        aid = _one(conn, attempt, [jid])
-        conn.execute(f"UPDATE sketch2_job SET {COMPLETE_SET} WHERE id = %s", [jid])
-        conn.execute(OUTCOME_SQL.format(attempt="sketch2_attempt"), [aid])
+        _claim_and_finish(conn, jid, "sketch2_job", "id", "sketch2_attempt")
 
 
 def cycle_split(conn: psycopg.Connection[Any], jobs: int, pad: int = 0) -> None:
@@ -176,11 +179,7 @@ def cycle_split(conn: psycopg.Connection[Any], jobs: int, pad: int = 0) -> None:
                 now(), '', '')""",
             [jid],
         )
-        conn.execute(f"UPDATE sketch_state SET {CLAIM_SET} WHERE job_id = %s", [EXECUTOR, jid])
-        attempt = ATTEMPT_SQL.format(attempt="sketch_attempt", key="job_id", state="sketch_state")
-        aid = _one(conn, attempt, [jid])
-        conn.execute(f"UPDATE sketch_state SET {COMPLETE_SET} WHERE job_id = %s", [jid])
-        conn.execute(OUTCOME_SQL.format(attempt="sketch_attempt"), [aid])
+        _claim_and_finish(conn, jid, "sketch_state", "job_id", "sketch_attempt")
 
 
 def _bytes_per_job(
