@@ -208,11 +208,12 @@ def _consumed_queues() -> list[str]:
 def _process_started(**_: Any) -> None:
     """Register the pool process (prefork, solo) from a thread of its own, before its first
     message can need it: until a live consumer of its queues is registered, no process sends
-    them hints. Not in this receiver: a pool process takes messages only once it has returned,
-    and with 16 pool processes of two workers each opening a connection here on 2 cores the
-    last was registered 4 s after the first and no message was taken before it
-    (``bench.startup``). A message that comes first waits for the registration
-    (:func:`_process_executor` holds its lock) or registers the process itself.
+    them hints. Not in this receiver: a pool process takes messages only once it has returned.
+    Registered here, the 16 pool processes of two workers on 2 cores were registered between
+    1.7 and 5.7-6.1 s after the workers' start and the first job was claimed at 4.7-6.1 s; from
+    a thread, the last registration and the first claim came at 4.2-4.3 s (``bench.startup``;
+    2.1-2.5 s with :func:`_freeze_startup_objects` too). A message that comes first waits for
+    the registration (:func:`_process_executor` holds its lock) or registers the process itself.
 
     The thread's connection is its own: Celery's Django fixup, a receiver of the same signal,
     closes by number the file descriptors of the connections this thread (the process's main
