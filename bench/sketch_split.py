@@ -108,6 +108,23 @@ MAX_PAD = 1800
 once for all its versions, in a relation the sizes here leave out."""
 
 
+def _insert_job(conn: psycopg.Connection[Any], table: str, payload_json: str | None) -> int:
+    """A waiting no-op job in ``table`` (Tenure's job table, or the sketch's copy of it without
+    the payload column when ``payload_json`` is None); its id."""
+    column, value = (", payload", ", %s") if payload_json is not None else ("", "")
+    return int(
+        _one(
+            conn,
+            f"""INSERT INTO {table} (name, queue{column}, priority, run_at, state, fence,
+                lease_owner, attempts, max_attempts, lease_seconds, effect, next_kind, version,
+                created_at, updated_at, last_error, reason, timeout_seconds)
+            VALUES ('bench.noop', 'default'{value}, 0, now(), 'waiting', 0, '', 0, 5, 30,
+                'at_least_once', 'run', 1, now(), now(), '', '', 0) RETURNING id""",
+            [] if payload_json is None else [payload_json],
+        )
+    )
+
+
 def _claim_and_finish(
     conn: psycopg.Connection[Any], jid: int, state: str, key: str, attempt: str
 ) -> None:
@@ -131,30 +148,14 @@ def payload(i: int, pad: int) -> str:
 def cycle_today(conn: psycopg.Connection[Any], jobs: int, pad: int = 0) -> None:
     """``jobs`` no-op jobs through their lifecycle on Tenure's own tables."""
     for i in range(jobs):
-        jid = _one(
-            conn,
-            """INSERT INTO tenure_job (name, queue, payload, priority, run_at, state, fence,
-                lease_owner, attempts, max_attempts, lease_seconds, effect, next_kind, version,
-                created_at, updated_at, last_error, reason, timeout_seconds)
-            VALUES ('bench.noop', 'default', %s, 0, now(), 'waiting', 0, '', 0, 5, 30,
-                'at_least_once', 'run', 1, now(), now(), '', '', 0) RETURNING id""",
-            [payload(i, pad)],
-        )
+        jid = _insert_job(conn, "tenure_job", payload(i, pad))
         _claim_and_finish(conn, jid, "tenure_job", "id", "tenure_attempt")
 
 
 def cycle_payload_apart(conn: psycopg.Connection[Any], jobs: int, pad: int = 0) -> None:
     """``jobs`` no-op jobs through the same lifecycle with only the payload in a row apart."""
     for i in range(jobs):
-        jid = _one(
-            conn,
-            """INSERT INTO sketch2_job (name, queue, priority, run_at, state, fence,
-                lease_owner, attempts, max_attempts, lease_seconds, effect, next_kind, version,
-                created_at, updated_at, last_error, reason, timeout_seconds)
-            VALUES ('bench.noop', 'default', 0, now(), 'waiting', 0, '', 0, 5, 30,
-                'at_least_once', 'run', 1, now(), now(), '', '', 0) RETURNING id""",
-            [],
-        )
+        jid = _insert_job(conn, "sketch2_job", None)
         conn.execute(
             "INSERT INTO sketch2_payload (job_id, payload) VALUES (%s, %s)", [jid, payload(i, pad)]
         )
