@@ -100,7 +100,7 @@ def page(jobs: QuerySet[Job], *, before: int | None, limit: int) -> Page:
     limit = max(1, min(limit, PAGE_SIZE_MAX))
     if before is not None:
         jobs = jobs.filter(pk__lt=before)
-    rows = list(jobs.order_by("-id")[: limit + 1])
+    rows = list(jobs.select_related("spec").order_by("-id")[: limit + 1])
     more = len(rows) > limit
     rows = rows[:limit]
     return Page(jobs=rows, next_before=rows[-1].pk if more else None, limit=limit)

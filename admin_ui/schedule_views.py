@@ -209,7 +209,9 @@ def changed_facts(row: Schedule, *, seen_version: int, seen_paused: str) -> dict
 def schedule_detail(request: HttpRequest, schedule_id: int) -> HttpResponse:
     """One schedule: timing, policies, next fire times, its occurrence jobs, its audit."""
     row = get_object_or_404(Schedule, pk=schedule_id)
-    jobs = list(Job.objects.filter(schedule_id=row.pk).order_by("-id")[:JOBS_SHOWN])
+    jobs = list(
+        Job.objects.filter(schedule_id=row.pk).select_related("spec").order_by("-id")[:JOBS_SHOWN]
+    )
     audit = list(
         AuditEntry.objects.filter(detail__schedule_id=row.pk).order_by("-created_at", "-id")[
             :AUDIT_SHOWN

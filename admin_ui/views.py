@@ -174,7 +174,7 @@ def job_list(request: HttpRequest) -> HttpResponse:
 @dashboard_view()
 def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
     """One job: payload, guarantee, attempts, effect ledger, audit trail, offered actions."""
-    job = get_object_or_404(Job, pk=job_id)
+    job = get_object_or_404(Job.objects.select_related("spec"), pk=job_id)
     context = queries.job_record(job)
     context["actions"] = actions.offered(job) if _can_operate(request) else []
     context["cancel_request"] = actions.cancel_request(job)
@@ -231,7 +231,7 @@ def action_confirm(request: HttpRequest, job_id: int, key: str) -> HttpResponse:
     """The confirmation step: restates the guarantee at stake, lists the effects a fact is
     about and any earlier owner still in flight, asks for a reason. Never writes."""
     spec = _spec(key)
-    job = get_object_or_404(Job, pk=job_id)
+    job = get_object_or_404(Job.objects.select_related("spec"), pk=job_id)
     if not spec.offered_for(job):
         return _not_available(request, spec, job)
     initial: dict[str, Any] = {"version": job.version, "seen_state": job.state}
@@ -251,7 +251,7 @@ def job_action(request: HttpRequest, job_id: int, key: str) -> HttpResponse:
     """Apply one action to one job through the store; 409 when the page was stale, the
     problem page with the store's reason when it refuses."""
     spec = _spec(key)
-    job = get_object_or_404(Job, pk=job_id)
+    job = get_object_or_404(Job.objects.select_related("spec"), pk=job_id)
     back = reverse("admin_ui:job_detail", args=[job.pk])
     form = ActionForm(request.POST)
     if not form.is_valid():

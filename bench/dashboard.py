@@ -16,19 +16,16 @@ from typing import Any
 from .common import percentile
 
 JOBS_SQL = """
-INSERT INTO tenure_job (name, queue, payload, priority, run_at, state, fence, lease_owner,
-    lease_expires_at, deadline_at, heartbeat_at, attempts, max_attempts, lease_seconds,
-    timeout_seconds, unique_key, effect, next_kind, version, created_at, updated_at,
-    finished_at, hinted_at, last_error, reason)
+INSERT INTO tenure_job (name, queue, priority, run_at, state, fence, lease_owner,
+    lease_expires_at, deadline_at, heartbeat_at, attempts, max_attempts, unique_key, next_kind,
+    version, created_at, updated_at, finished_at, hinted_at, last_error, reason)
 SELECT
-    'bench.kind' || (g %% 12), (ARRAY['default', 'mail', 'billing'])[1 + g %% 3],
-    jsonb_build_object('n', g, 'invoice_id', g,
-        'customer', jsonb_build_object('email', 'c' || (g %% 5000) || '@example.com')), 0,
+    'bench.kind' || (g %% 12), (ARRAY['default', 'mail', 'billing'])[1 + g %% 3], 0,
     t, st, a, CASE WHEN st = 'leased' THEN 'bench-host:1:exec-x' ELSE '' END,
     CASE WHEN st = 'leased' THEN now() + interval '30 seconds' END,
     CASE WHEN st = 'leased' THEN now() + interval '600 seconds' END,
     CASE WHEN st = 'leased' THEN now() END,
-    a, 5, 30, 600, NULL, 'at_least_once', 'run', 1 + a, t, t + interval '2 seconds',
+    a, 5, NULL, 'run', 1 + a, t, t + interval '2 seconds',
     CASE WHEN st IN ('succeeded', 'failed', 'cancelled') THEN t + interval '2 seconds' END,
     NULL, CASE WHEN st IN ('failed', 'indeterminate') THEN 'bench.Error: generated' ELSE '' END,
     ''
@@ -47,6 +44,16 @@ FROM (
     FROM generate_series(1, %s) AS g
 ) AS s
 """
+
+SPECS_SQL = """
+INSERT INTO tenure_job_spec (job_id, payload, lease_seconds, effect, timeout_seconds)
+SELECT id, jsonb_build_object('n', id, 'invoice_id', id,
+        'customer', jsonb_build_object('email', 'c' || (id % 5000) || '@example.com')),
+    30, 'at_least_once', 600
+FROM tenure_job
+"""
+"""Each generated job's spec: its payload (``n`` and ``invoice_id`` its id, one of 5,000
+customer emails) and the default limits. Sent without parameters, so ``%`` is the operator."""
 
 ATTEMPTS_SQL = """
 INSERT INTO tenure_attempt (job_id, number, fence, kind, executor, claimed_at,
@@ -67,13 +74,16 @@ def generate(jobs: int, attempts_per_job: int) -> dict[str, float]:
     t = time.perf_counter()
     with connection.cursor() as cur:
         cur.execute(
-            "TRUNCATE tenure_job, tenure_attempt, tenure_effect, tenure_effect_event, "
+            "TRUNCATE tenure_job, tenure_job_spec, tenure_attempt, tenure_effect, "
+            "tenure_effect_event, "
             "tenure_executor, "
             "tenure_stale_write, tenure_audit, tenure_count_snapshot RESTART IDENTITY CASCADE"
         )
         cur.execute(JOBS_SQL, [jobs])
+        cur.execute(SPECS_SQL)
         cur.execute(ATTEMPTS_SQL, [attempts_per_job, attempts_per_job])
         cur.execute("VACUUM ANALYZE tenure_job")
+        cur.execute("VACUUM ANALYZE tenure_job_spec")
         cur.execute("VACUUM ANALYZE tenure_attempt")
     out = {"generate_seconds": time.perf_counter() - t}
     # What run_scheduler does every COUNTS_REFRESH_SECONDS on a table this big: the overview

@@ -3,12 +3,15 @@ held if the job row were split in two — a wide row written once (type, queue, 
 and a narrow row that the claim and the completion rewrite (state, fence, lease, times).
 
 ``PYTHONPATH=. var/bench-venv/bin/python -m bench.sketch_split [--jobs 5000]
-[--payload-pad N]`` (a few minutes; prints a table). On a cluster of its own with production
-defaults, in a database migrated to Tenure's current schema, the harness runs each job's
-enqueue, claim, attempt row, completion and attempt outcome as single statements, one job
-after another, on Tenure's tables ("as today"), on sketch tables with the split ("split"),
+[--payload-pad N]`` (a few minutes; prints a table). It chose migration 0012's layout, and
+runs on the schema before it: on a cluster of its own with production defaults, in a
+database migrated to 0011 (one job row), the harness runs each job's enqueue, claim, attempt
+row, completion and attempt outcome as single statements, one job after another, on those
+tables ("as today": the layout before 0012), on sketch tables with the split ("split"),
 which carry the same indexes, with the claim, leases and state indexes on the narrow row, and
-on today's tables with only the payload in a row apart ("payload apart"). A payload is one
+on those tables with only the payload in a row apart ("payload apart"). Migration 0012 took
+the split's way with the columns written once that a claim reads (payload, effect mode, lease
+length, maximum runtime); ``bench.versions`` measures its tables. A payload is one
 number, and ``--payload-pad`` more random letters (a job's arguments of some size). Each
 phase is measured as :mod:`bench.versions` does, by its :func:`~bench.versions.phases` (no
 snapshot held, then as many jobs while a ``REPEATABLE READ`` session holds the snapshot it
@@ -30,7 +33,7 @@ from typing import Any
 
 import psycopg
 
-from .common import connect
+from .common import PYTHON, connect
 from .run import server
 from .systems import Tenure
 from .versions import phases
@@ -215,6 +218,8 @@ def main() -> None:
     with server("own"):
         system = Tenure()
         system.install()
+        # The one-row schema the layouts were compared against (0012 split it).
+        system._run([PYTHON, "manage.py", "migrate", "scheduler_core", "0011", "-v0"])
         system.reset()
         assert system.db
         with connect(system.db) as conn:

@@ -102,7 +102,7 @@ def measure(jobs: int) -> dict[str, Any]:
     rows, kept, free, held = phases(
         system.db,
         jobs,
-        ["tenure_job", "tenure_attempt"],
+        ["tenure_job", "tenure_job_spec", "tenure_attempt"],
         "^tenure_(job|attempt)",
         lambda n: _agent(system, "cycle", n),
     )

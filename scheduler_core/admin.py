@@ -41,7 +41,8 @@ class ReadOnlyAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 @admin.register(Job)
 class JobAdmin(ReadOnlyAdmin):
     list_display = ("id", "name", "queue", "state", "effect", "attempts", "fence", "updated_at")
-    list_filter = ("state", "effect", "queue")
+    list_filter = ("state", "spec__effect", "queue")
+    list_select_related = ("spec",)
     search_fields = ("=id", "name", "unique_key")
     date_hierarchy = "created_at"
 

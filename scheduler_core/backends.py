@@ -299,7 +299,7 @@ class TenureBackend(BaseTaskBackend):
 
         if not isinstance(result_id, str) or not result_id.isdigit():
             raise TaskResultDoesNotExist(result_id)
-        job = Job.objects.filter(pk=int(result_id)).first()
+        job = Job.objects.select_related("spec").filter(pk=int(result_id)).first()
         task = _task_named(job.name) if job is not None else None
         if job is None or task is None:
             raise TaskResultDoesNotExist(result_id)

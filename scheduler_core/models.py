@@ -9,7 +9,7 @@ the storage drivers (``scheduler_core.storage``). Every model's manager reads an
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from django.db import models
 from django.db.models import Q
@@ -75,11 +75,19 @@ class JobQuerySet(models.QuerySet["Job"]):
 
 
 class Job(models.Model):
-    """The work identity: one row per accepted piece of work, whatever its attempts."""
+    """The work identity: one row per accepted piece of work, whatever its attempts.
+
+    This row holds what changes as the job moves (state, fence, lease, times) and what the
+    claim order and the dashboard's filters read. What the job was accepted as and never
+    changes — payload, effect mode, lease length, maximum runtime — is its :class:`JobSpec`,
+    a row of its own: every claim and every completion writes a new version of this row, and
+    while a long transaction holds a snapshot each old version stays, so the narrower this
+    row, the less a held snapshot costs (docs/operations.md, "Why the tables outgrow…").
+    ``job.payload``, ``job.effect``, ``job.lease_seconds`` and ``job.timeout_seconds`` read the
+    spec (``select_related("spec")`` reads it in the same query)."""
 
     name = models.CharField(max_length=200, help_text="Registered handler name.")
     queue = models.CharField(max_length=100, default="default")
-    payload = models.JSONField(default=dict)
     priority = models.SmallIntegerField(default=0, help_text="Higher runs first.")
     run_at = models.DateTimeField(help_text="Due time (database clock).")
     state = models.CharField(max_length=16, choices=STATE_CHOICES, default=State.WAITING)
@@ -88,12 +96,8 @@ class Job(models.Model):
     lease_expires_at = models.DateTimeField(null=True, blank=True)
     heartbeat_at = models.DateTimeField(null=True, blank=True)
     attempts = models.IntegerField(default=0, help_text="Attempts spent (claims, less snoozes).")
-    max_attempts = models.IntegerField(default=5)
-    lease_seconds = models.IntegerField(default=30)
-    timeout_seconds = models.FloatField(
-        default=600.0,
-        help_text="Maximum runtime of one attempt; past it the attempt may not renew its lease, "
-        "complete or start an effect.",
+    max_attempts = models.IntegerField(
+        default=5, help_text="Attempt budget; an operator's retry raises it."
     )
     deadline_at = models.DateTimeField(
         null=True, blank=True, help_text="When the current attempt's maximum runtime runs out."
@@ -105,7 +109,6 @@ class Job(models.Model):
         help_text="At most one job holds a key (Meta.constraints: a unique index of the keys "
         "set, so jobs without one cost the index nothing).",
     )
-    effect = models.CharField(max_length=20, choices=MODE_CHOICES, default="at_least_once")
     next_kind = models.CharField(
         max_length=10,
         default="run",
@@ -207,6 +210,55 @@ class Job(models.Model):
 
     def __str__(self) -> str:
         return f"job {self.pk} {self.name} [{self.state}] fence {self.fence}"
+
+    # What the job was accepted as, read from its spec row (one query, unless the spec was
+    # read with the job: ``select_related("spec")``).
+
+    @property
+    def payload(self) -> Any:
+        """The keyword arguments the handler is called with (``JobSpec.payload``)."""
+        return self.spec.payload
+
+    @property
+    def effect(self) -> str:
+        """The job's effect mode (``JobSpec.effect``)."""
+        return self.spec.effect
+
+    @property
+    def lease_seconds(self) -> int:
+        """How long one claim's lease lasts between renewals (``JobSpec.lease_seconds``)."""
+        return self.spec.lease_seconds
+
+    @property
+    def timeout_seconds(self) -> float:
+        """The maximum runtime of one attempt (``JobSpec.timeout_seconds``)."""
+        return self.spec.timeout_seconds
+
+
+class JobSpec(models.Model):
+    """What a job was accepted as, written once in the enqueue's statement and never changed:
+    the handler's arguments, the effect mode, the lease length and the maximum runtime. A
+    claim reads it by key beside the job row it updates; retention deletes it with the job.
+    Kept apart from :class:`Job` so the row versions that claims and completions write do not
+    copy it (nor its payload index entries)."""
+
+    job = models.OneToOneField(Job, primary_key=True, on_delete=models.CASCADE, related_name="spec")
+    payload = models.JSONField(default=dict)
+    effect = models.CharField(max_length=20, choices=MODE_CHOICES, default="at_least_once")
+    lease_seconds = models.IntegerField(default=30)
+    timeout_seconds = models.FloatField(
+        default=600.0,
+        help_text="Maximum runtime of one attempt; past it the attempt may not renew its lease, "
+        "complete or start an effect.",
+    )
+
+    objects = TenureManager()
+
+    class Meta:
+        db_table = "tenure_job_spec"
+
+    def __str__(self) -> str:
+        return f"spec of job {self.pk} ({self.effect})"
 
 
 class Attempt(models.Model):

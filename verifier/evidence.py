@@ -213,7 +213,7 @@ def load(workdir: Path) -> Evidence:
         )
     jobs: dict[int, JobRow] = {}
     other: list[dict[str, Any]] = []
-    for j in Job.objects.all().order_by("id"):
+    for j in Job.objects.select_related("spec").order_by("id"):
         if not (j.unique_key or "").startswith(CHAOS_PREFIX):
             other.append({"id": j.pk, "name": j.name, "key": j.unique_key, "state": j.state})
             continue

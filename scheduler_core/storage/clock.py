@@ -11,7 +11,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from django.db.models import DateTimeField, F, Func
+from django.db.models import DateTimeField, Func, OuterRef, Subquery
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
@@ -62,7 +62,12 @@ class DbNowLessLeaseShare(Func):
     output_field = DateTimeField()
 
     def __init__(self, factor: float) -> None:
-        super().__init__(F("lease_seconds"))
+        # The lease length is the job's spec's, read by key for each row the condition
+        # reaches: a join would bring the spec table into every count over the jobs.
+        from ..models import JobSpec  # on use: records imports this module before apps load
+
+        spec = JobSpec.objects.filter(job_id=OuterRef("pk")).values("lease_seconds")[:1]
+        super().__init__(Subquery(spec))
         self.factor = factor
 
     def as_sql(  # type: ignore[override]

@@ -28,7 +28,7 @@ from psycopg.rows import dict_row
 from ..conf import tenure_settings
 from ..domain import states
 from ..domain.payload_search import PayloadQuery
-from ..models import Effect, Job
+from ..models import Effect, Job, JobSpec
 from .base import (
     Driver,
 )
@@ -45,6 +45,7 @@ from .records import (
     CLAIMED_JOB_COLUMNS,
     HEARTBEAT_SQL,
     PRUNABLE,
+    SPEC_COLUMNS,
     Lease,
     leases_from_rows,
     named_rows,
@@ -126,8 +127,8 @@ def claim_ctes(shape: str, *, gate: bool = True) -> str:
         ) AS c
         ORDER BY c.priority DESC, c.run_at, c.id
         LIMIT %s"""
-    expiry = f"{now} + make_interval(secs => j.lease_seconds)"
-    deadline = f"{now} + make_interval(secs => j.timeout_seconds)"
+    expiry = f"{now} + make_interval(secs => s.lease_seconds)"
+    deadline = f"{now} + make_interval(secs => s.timeout_seconds)"
     # ``(state = …) IS TRUE`` keeps each guard out of the index conditions: a table filled
     # since its statistics were taken looks empty, and the planner then walked the state
     # index through every waiting job instead of looking the locked rows up by key (1.0 →
@@ -138,14 +139,15 @@ def claim_ctes(shape: str, *, gate: bool = True) -> str:
         UPDATE tenure_job AS j SET {
         CLAIM_SET.format(t="j.", now=now, expiry=expiry, deadline=deadline)
     }
-        FROM cand WHERE j.id = cand.id AND (j.state = 'waiting') IS TRUE
-        RETURNING {", ".join("j." + c for c in CLAIMED_JOB_COLUMNS)}, j.lease_owner,
-            j.lease_expires_at
+        FROM cand JOIN tenure_job_spec AS s ON s.job_id = cand.id
+        WHERE j.id = cand.id AND (j.state = 'waiting') IS TRUE
+        RETURNING {", ".join("j." + c for c in CLAIMED_JOB_COLUMNS)},
+            {", ".join("s." + c for c in SPEC_COLUMNS)}, j.lease_owner, j.lease_expires_at
     ), new_attempt AS (
         {ATTEMPT_INSERT} FROM claimed
         RETURNING id, job_id
     ), got AS (
-        SELECT {", ".join("claimed." + c for c in CLAIMED_JOB_COLUMNS)},
+        SELECT {", ".join("claimed." + c for c in CLAIMED_JOB_COLUMNS + SPEC_COLUMNS)},
             new_attempt.id AS attempt_id
         FROM claimed JOIN new_attempt ON new_attempt.job_id = claimed.id
     )"""
@@ -283,19 +285,22 @@ _DB_SET = ("id", "run_at", "created_at", "updated_at", "hinted_at")
 
 
 def _insert_job_sql(*, on_conflict: str) -> str:
+    # The spec row is inserted from the job's: a job refused by ``ON CONFLICT`` gets none.
     return f"""
     WITH ins AS (
-        INSERT INTO tenure_job (name, queue, payload, priority, run_at, state, fence,
-            lease_owner, attempts, max_attempts, lease_seconds, timeout_seconds, unique_key,
-            effect, next_kind, version, schedule_id, created_at, updated_at, hinted_at,
-            last_error, reason)
-        VALUES (%(name)s, %(queue)s, %(payload)s::jsonb, %(priority)s,
+        INSERT INTO tenure_job (name, queue, priority, run_at, state, fence, lease_owner,
+            attempts, max_attempts, unique_key, next_kind, version, schedule_id, created_at,
+            updated_at, hinted_at, last_error, reason)
+        VALUES (%(name)s, %(queue)s, %(priority)s,
             COALESCE(%(run_at)s::timestamptz, clock_timestamp()), 'waiting', 0, '', 0,
-            %(max_attempts)s, %(lease_seconds)s, %(timeout_seconds)s, %(unique_key)s,
-            %(effect)s, 'run', 1, %(schedule_id)s, clock_timestamp(), clock_timestamp(),
-            CASE WHEN %(hint)s THEN clock_timestamp() END, '', '')
+            %(max_attempts)s, %(unique_key)s, 'run', 1, %(schedule_id)s, clock_timestamp(),
+            clock_timestamp(), CASE WHEN %(hint)s THEN clock_timestamp() END, '', '')
         {on_conflict}
-        RETURNING {", ".join(_DB_SET)}, priority, queue
+        RETURNING {", ".join(_DB_SET)}
+    ), spec AS (
+        INSERT INTO tenure_job_spec (job_id, {", ".join(SPEC_COLUMNS)})
+        SELECT id, %(payload)s::jsonb, %(lease_seconds)s, %(effect)s, %(timeout_seconds)s
+        FROM ins
     )
     SELECT {", ".join("ins." + c for c in _DB_SET)} FROM ins
 """
@@ -331,6 +336,8 @@ _PRUNE_SQL = f"""
         DELETE FROM tenure_effect WHERE job_id IN (SELECT id FROM doomed)
     ), attempts AS (
         DELETE FROM tenure_attempt WHERE job_id IN (SELECT id FROM doomed)
+    ), specs AS (
+        DELETE FROM tenure_job_spec WHERE job_id IN (SELECT id FROM doomed)
     )
     DELETE FROM tenure_job WHERE id IN (SELECT id FROM doomed) AND state = %s RETURNING id
 """
@@ -644,35 +651,56 @@ class PostgresDriver(Driver):
             row = cur.fetchone()
         if row is None:
             return None
-        known = {k: v for k, v in fields.items() if k not in _DB_SET and k != "hinted"}
+        known = {
+            k: v
+            for k, v in fields.items()
+            if k not in _DB_SET and k not in SPEC_COLUMNS and k != "hinted"
+        }
         job = Job(**known, **dict(zip(cols, row, strict=True)), state=states.State.WAITING)
-        job._state.adding = False
-        job._state.db = self.alias
+        job.spec = JobSpec(job=job, **{k: fields[k] for k in SPEC_COLUMNS})
+        for row_obj in (job, job.spec):
+            row_obj._state.adding = False
+            row_obj._state.db = self.alias
         return job
 
     def insert_jobs(
         self, fields: dict[str, Any], payloads: Sequence[dict[str, Any]]
     ) -> list[tuple[int, datetime]]:
         hint = PG_NOW if fields["hinted"] else "NULL"
+        # Each payload's job id is drawn first, in the payloads' order, so the job rows and
+        # their spec rows pair up in one statement.
         sql = f"""
-            INSERT INTO tenure_job (name, queue, payload, priority, run_at, state, fence,
-                lease_owner, attempts, max_attempts, lease_seconds, timeout_seconds, effect,
-                next_kind, version, created_at, updated_at, hinted_at, last_error, reason)
-            SELECT %s, %s, p.payload, %s, COALESCE(%s::timestamptz, {PG_NOW}), 'waiting', 0,
-                '', 0, %s, %s, %s, %s, 'run', 1, {PG_NOW}, {PG_NOW}, {hint}, '', ''
-            FROM jsonb_array_elements(%s::jsonb) WITH ORDINALITY AS p(payload, n) ORDER BY p.n
-            RETURNING id, run_at
+            WITH p AS (
+                SELECT nextval(pg_get_serial_sequence('tenure_job', 'id')) AS id, payload
+                FROM (
+                    SELECT payload, n
+                    FROM jsonb_array_elements(%s::jsonb) WITH ORDINALITY AS e(payload, n)
+                    ORDER BY n
+                ) AS e
+            ), ins AS (
+                INSERT INTO tenure_job (id, name, queue, priority, run_at, state, fence,
+                    lease_owner, attempts, max_attempts, next_kind, version, created_at,
+                    updated_at, hinted_at, last_error, reason)
+                SELECT p.id, %s, %s, %s, COALESCE(%s::timestamptz, {PG_NOW}), 'waiting', 0,
+                    '', 0, %s, 'run', 1, {PG_NOW}, {PG_NOW}, {hint}, '', ''
+                FROM p
+                RETURNING id, run_at
+            ), spec AS (
+                INSERT INTO tenure_job_spec (job_id, {", ".join(SPEC_COLUMNS)})
+                SELECT p.id, p.payload, %s, %s, %s FROM p
+            )
+            SELECT id, run_at FROM ins
         """
         params = [
+            json.dumps(list(payloads), ensure_ascii=False, allow_nan=False),
             fields["name"],
             fields["queue"],
             fields["priority"],
             fields["run_at"],
             fields["max_attempts"],
             fields["lease_seconds"],
-            fields["timeout_seconds"],
             fields["effect"],
-            json.dumps(list(payloads), ensure_ascii=False, allow_nan=False),
+            fields["timeout_seconds"],
         ]
         with self.atomic(), self.connection.cursor() as cur:
             cur.execute(sql, params)
@@ -751,8 +779,8 @@ class PostgresDriver(Driver):
 
     def payload_contains(self, query: PayloadQuery) -> Q:
         """``payload @> %s::jsonb``: JSON containment, which the GIN index over payloads
-        (``jsonb_path_ops``, migration 0008) answers (tests/db/test_payload_search.py)."""
-        return Q(payload__contains=query.fragment)
+        (``jsonb_path_ops``, migrations 0008 and 0012) answers (tests/db/test_payload_search.py)."""
+        return Q(spec__payload__contains=query.fragment)
 
 
 def _replan_if_due(cur: Any, raw: Any) -> None:

@@ -101,26 +101,28 @@ def with_note(old: str, new: str) -> str:
     return (f"{old}; {new}" if old else new)[-2000:]
 
 
-LEASE_COLUMNS = (
+CLAIMED_JOB_COLUMNS = (
     "id",
     "fence",
     "attempts",
     "next_kind",
     "name",
     "queue",
-    "payload",
-    "lease_seconds",
-    "effect",
     "max_attempts",
     "created_at",
     "run_at",
     "heartbeat_at",
     "priority",
-    "timeout_seconds",
-    "attempt_id",
 )
+"""The job row's columns a claim returns, as the claim left them."""
+
+SPEC_COLUMNS = ("payload", "lease_seconds", "effect", "timeout_seconds")
+"""The columns of the job's spec row (``tenure_job_spec``, written once at enqueue) a claim
+returns beside them."""
+
+LEASE_COLUMNS = (*CLAIMED_JOB_COLUMNS, *SPEC_COLUMNS, "attempt_id")
 """The columns of a claimed row every driver's claim returns, by these names: the job as the
-claim left it, then its new attempt's id. :func:`leases_from_rows` reads them."""
+claim left it, its spec, then its new attempt's id. :func:`leases_from_rows` reads them."""
 
 
 CLAIM_SET = """
@@ -129,12 +131,8 @@ CLAIM_SET = """
     updated_at = {now}, version = {t}version + 1
 """
 """The claim's ``SET`` list, every driver's: ``{t}`` the table's alias with its dot (or
-nothing), ``{now}``, ``{expiry}`` and ``{deadline}`` the vendor's expressions; its one
-placeholder is the new owner."""
-
-
-CLAIMED_JOB_COLUMNS = LEASE_COLUMNS[:-1]
-"""The job columns a claim returns (:data:`LEASE_COLUMNS` without the attempt's id)."""
+nothing), ``{now}``, ``{expiry}`` and ``{deadline}`` the vendor's expressions (from the spec's
+``lease_seconds`` and ``timeout_seconds``); its one placeholder is the new owner."""
 
 
 ATTEMPT_INSERT = """

@@ -24,7 +24,7 @@ from ..domain import states
 from ..domain.outcomes import Decision
 from ..domain.payload_search import PayloadQuery
 from ..exceptions import EffectsUnsettled, JobCancelled, StaleAttempt
-from ..models import Attempt, AuditEntry, Effect, EffectEvent, Job
+from ..models import Attempt, AuditEntry, Effect, EffectEvent, Job, JobSpec
 from .base import (
     Driver,
 )
@@ -38,13 +38,16 @@ from .records import (
     CLAIMED_JOB_COLUMNS,
     HEARTBEAT_SQL,
     PRUNABLE,
+    SPEC_COLUMNS,
     Lease,
     leases_from_rows,
     named_rows,
 )
 
 SQLITE_NOW = "strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now')"
-_PAYLOAD = '"tenure_job"."payload"'
+_PAYLOAD = '"tenure_job_spec"."payload"'
+"""The payload a search's leaves read: the spec row of the job (:meth:`SqliteDriver.payload_contains`
+joins it)."""
 
 
 def json_path(path: Sequence[str]) -> str:
@@ -75,8 +78,13 @@ def claim_sql(*, by_id: bool, nqueues: int, gate: bool = True) -> str:
     ``gate`` keeps out the jobs of paused and limited queues (:func:`open_queue`); only
     :meth:`SqliteDriver.claim_limited_queue` leaves it out."""
     gated = f"AND {open_queue('tenure_job.queue')}" if gate else ""
-    expiry = "strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now', '+' || lease_seconds || ' seconds')"
-    deadline = "strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now', '+' || timeout_seconds || ' seconds')"
+    # SQLite's UPDATE ... FROM may not name the joined table in RETURNING; a subquery by key
+    # per column may, in the SET list and in RETURNING alike.
+    spec = "(SELECT {c} FROM tenure_job_spec AS s WHERE s.job_id = tenure_job.id)"
+    lease, timeout = spec.format(c="lease_seconds"), spec.format(c="timeout_seconds")
+    returned = [*CLAIMED_JOB_COLUMNS, *(f"{spec.format(c=c)} AS {c}" for c in SPEC_COLUMNS)]
+    expiry = f"strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now', '+' || {lease} || ' seconds')"
+    deadline = f"strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now', '+' || {timeout} || ' seconds')"
     where = "id = %s" if by_id else f"queue IN ({', '.join(['%s'] * nqueues)})"
     return f"""
     UPDATE tenure_job SET {CLAIM_SET.format(t="", now=SQLITE_NOW, expiry=expiry, deadline=deadline)}
@@ -86,7 +94,7 @@ def claim_sql(*, by_id: bool, nqueues: int, gate: bool = True) -> str:
         ORDER BY priority DESC, run_at, id
         LIMIT %s
     )
-    RETURNING {", ".join(CLAIMED_JOB_COLUMNS)}
+    RETURNING {", ".join(returned)}
     """
 
 
@@ -103,7 +111,8 @@ class SqliteDriver(Driver):
         parts = [payload_leaf_sql(path, value) for path, value in query.leaves]
         sql = " AND ".join(f"({p})" for p, _ in parts)
         params = [x for _, ps in parts for x in ps]
-        return Q(RawSQL(sql, params, output_field=BooleanField()))
+        # The leaves name the spec's table: the condition asks for a join to it.
+        return Q(spec__isnull=False) & Q(RawSQL(sql, params, output_field=BooleanField()))
 
     def claim(
         self,
@@ -162,9 +171,9 @@ class SqliteDriver(Driver):
             if not rows:
                 return []
             marks = ", ".join(["%s"] * len(rows))
+            ids = [r["id"] for r in rows]
             cur.execute(
-                f"{ATTEMPT_INSERT} FROM tenure_job WHERE id IN ({marks}) RETURNING id, job_id",
-                [r["id"] for r in rows],
+                f"{ATTEMPT_INSERT} FROM tenure_job WHERE id IN ({marks}) RETURNING id, job_id", ids
             )
             attempt_of = {r["job_id"]: r["id"] for r in named_rows(cur)}
         claimed = [{**r, "attempt_id": attempt_of[r["id"]]} for r in rows]
@@ -204,7 +213,7 @@ class SqliteDriver(Driver):
     def insert_job(self, fields: dict[str, Any]) -> Job | None:
         """The ORM's insert; a taken ``unique_key`` is found by the unique index (a savepoint
         keeps the caller's transaction usable)."""
-        values = {k: v for k, v in fields.items() if k != "hinted"}
+        values = {k: v for k, v in fields.items() if k != "hinted" and k not in SPEC_COLUMNS}
         values.update(
             run_at=values["run_at"] if values["run_at"] is not None else DbNow(),
             state=states.State.WAITING,
@@ -220,6 +229,9 @@ class SqliteDriver(Driver):
                 if fields["unique_key"] is None:
                     raise
                 return None
+            JobSpec.objects.using(self.alias).create(
+                job=job, **{k: fields[k] for k in SPEC_COLUMNS}
+            )
             job.refresh_from_db()
         return job
 
@@ -228,11 +240,11 @@ class SqliteDriver(Driver):
     ) -> list[tuple[int, datetime]]:
         hint = SQLITE_NOW if fields["hinted"] else "NULL"
         sql = f"""
-            INSERT INTO tenure_job (name, queue, payload, priority, run_at, state, fence,
-                lease_owner, attempts, max_attempts, lease_seconds, timeout_seconds, effect,
-                next_kind, version, created_at, updated_at, hinted_at, last_error, reason)
-            SELECT %s, %s, json(p.value), %s, COALESCE(%s, {SQLITE_NOW}), 'waiting', 0, '', 0,
-                %s, %s, %s, %s, 'run', 1, {SQLITE_NOW}, {SQLITE_NOW}, {hint}, '', ''
+            INSERT INTO tenure_job (name, queue, priority, run_at, state, fence, lease_owner,
+                attempts, max_attempts, next_kind, version, created_at, updated_at, hinted_at,
+                last_error, reason)
+            SELECT %s, %s, %s, COALESCE(%s, {SQLITE_NOW}), 'waiting', 0, '', 0, %s, 'run', 1,
+                {SQLITE_NOW}, {SQLITE_NOW}, {hint}, '', ''
             FROM json_each(%s) AS p ORDER BY p.key
             RETURNING id, run_at
         """
@@ -243,14 +255,25 @@ class SqliteDriver(Driver):
             fields["priority"],
             self.connection.ops.adapt_datetimefield_value(run_at) if run_at is not None else None,
             fields["max_attempts"],
-            fields["lease_seconds"],
-            fields["timeout_seconds"],
-            fields["effect"],
             json.dumps(list(payloads), ensure_ascii=False, allow_nan=False),
         ]
+        spec_sql = f"""
+            INSERT INTO tenure_job_spec (job_id, {", ".join(SPEC_COLUMNS)})
+            VALUES (%s, json(%s), %s, %s, %s)
+        """
+        spec = [fields["lease_seconds"], fields["effect"], fields["timeout_seconds"]]
         with self.atomic(), self.connection.cursor() as cur:
             cur.execute(sql, params)
-            return sorted((int(i), to_datetime(at)) for i, at in cur.fetchall())
+            got = sorted((int(i), to_datetime(at)) for i, at in cur.fetchall())
+            # One statement inserted the jobs in the payloads' order, each id above the last.
+            cur.executemany(
+                spec_sql,
+                [
+                    [job_id, json.dumps(p, ensure_ascii=False, allow_nan=False), *spec]
+                    for (job_id, _), p in zip(got, payloads, strict=True)
+                ],
+            )
+            return got
 
     def prune_finished(self, state: str, older_than: float, *, limit: int = 1000) -> int:
         """The jobs to delete, then their ledger history, ledger rows, attempts and the jobs,
@@ -277,5 +300,6 @@ class SqliteDriver(Driver):
             EffectEvent.objects.using(self.alias).filter(effect__job_id__in=ids).delete()
             Effect.objects.using(self.alias).filter(job_id__in=ids).delete()
             Attempt.objects.using(self.alias).filter(job_id__in=ids).delete()
+            JobSpec.objects.using(self.alias).filter(job_id__in=ids).delete()
             n, _ = Job.objects.using(self.alias).filter(pk__in=ids, state=state).delete()
             return len(ids) if n else 0

@@ -32,7 +32,7 @@ def _claim(limit: int = 1) -> list[Lease]:
 def test_enqueue_many_inserts_waiting_jobs_in_payload_order() -> None:
     ids = item.enqueue_many([{"n": i} for i in range(5)])
     assert len(ids) == 5 and ids == sorted(ids)
-    rows = list(Job.objects.filter(pk__in=ids).order_by("id").values_list("payload", "state"))
+    rows = list(Job.objects.filter(pk__in=ids).order_by("id").values_list("spec__payload", "state"))
     assert rows == [({"n": i}, "waiting") for i in range(5)]
     job0 = Job.objects.get(pk=ids[0])
     assert (job0.fence, job0.attempts, job0.max_attempts, job0.lease_seconds, job0.effect) == (

@@ -15,7 +15,7 @@ import pytest
 
 from demo import jobs as demo
 from demo import seed
-from scheduler_core.models import Attempt, Job, Schedule
+from scheduler_core.models import Attempt, Job, JobSpec, Schedule
 from scheduler_core.runtime import worker
 from tests.conftest import PYTHON, ROOT
 
@@ -25,7 +25,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 def test_the_seed_enqueues_every_kind_and_the_database_schedule_once() -> None:
     seed.seed()
     seed.seed()
-    assert Job.objects.filter(name="demo.invoice", payload__invoice_id=1005).count() == 1
+    assert Job.objects.filter(name="demo.invoice", spec__payload__invoice_id=1005).count() == 1
     names = set(Job.objects.values_list("name", flat=True))
     assert {"demo.invoice", "demo.report", "demo.poison", "demo.lost_reply", "demo.long"} <= names
     assert Job.objects.get(name="demo.report").queue == demo.PAUSABLE_QUEUE
@@ -43,7 +43,7 @@ def test_a_minute_of_traffic_leaves_every_state_to_act_on() -> None:
         by_name
     )
     # The long job runs minutes in the demo; a second here, its lease renewed meanwhile.
-    Job.objects.filter(name="demo.long").update(payload={"seconds": 1.0})
+    JobSpec.objects.filter(job__name="demo.long").update(payload={"seconds": 1.0})
 
     queues = ["default", demo.BILLING_QUEUE, demo.PAUSABLE_QUEUE]
     deadline = time.monotonic() + 30

@@ -46,9 +46,15 @@ def test_the_job_and_attempt_tables_carry_only_their_listed_indexes() -> None:
     if connection.vendor == "postgresql":
         # The retried index holds waiting jobs claimed before: a new job's versions and a
         # claim's add it no entry (0011).
-        job_indexes |= {"tenure_job_payload", "tenure_job_retried"}
+        job_indexes |= {"tenure_job_retried"}
     got = {n for n in _indexes("tenure_job") if not n.endswith("_pkey") and n != "__primary__"}
     assert got == job_indexes
+    # The spec row is written once; its payload index (PostgreSQL's payload search) has one
+    # entry set per job, not one per job version (0012).
+    spec = {n for n in _indexes("tenure_job_spec") if not n.endswith("_pkey")}
+    assert spec - {"__primary__"} == (
+        {"tenure_job_spec_payload"} if connection.vendor == "postgresql" else set()
+    )
     attempt = {n for n in _indexes("tenure_attempt") if not n.endswith("_pkey")}
     assert attempt - {"__primary__"} == {"tenure_attempt_job_fence"}
 
@@ -122,6 +128,35 @@ def test_the_state_name_and_queue_indexes_hold_only_jobs_at_rest() -> None:
     # Back to waiting after an attempt: in the retried index (the history rollup's read).
     driver().release_unstarted(leases[10], why="test")
     assert _index_tuples()["tenure_job_retried"] == 1
+
+
+def _spec_versions(ids: list[int]) -> dict[int, tuple[str, str]]:
+    """Each spec row's physical address and writing transaction: a new version changes both."""
+    marks = ", ".join(["%s"] * len(ids))
+    with connection.cursor() as cur:
+        cur.execute(
+            f"SELECT job_id, ctid::text, xmin::text FROM tenure_job_spec WHERE job_id IN ({marks})",
+            ids,
+        )
+        return {r[0]: (r[1], r[2]) for r in cur.fetchall()}
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL's row versions")
+def test_claims_completions_and_retries_never_write_the_spec_row() -> None:
+    """What a job was accepted as is written once: the versions a claim, a completion and a
+    release write are of the job row only (the spec's address and writer stay)."""
+    from scheduler_core.storage.drivers import driver
+
+    ids = ok.enqueue_many([{"n": i} for i in range(6)])
+    before = _spec_versions(ids)
+    assert set(before) == set(ids)
+    leases = driver().claim(executor="t:1:entries", queues=["indexentries"], limit=6)
+    assert {lease.payload["n"] for lease in leases} == set(range(6))
+    for lease in leases[:3]:
+        driver().complete(lease)
+    driver().release_unstarted(leases[3], why="test")
+    assert Job.objects.filter(pk__in=ids, state="succeeded").count() == 3
+    assert _spec_versions(ids) == before
 
 
 def test_in_states_finds_every_job_in_the_states_asked_for() -> None:
