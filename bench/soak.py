@@ -618,6 +618,35 @@ class Sampler:
             )
         }
 
+    def table_options(self) -> dict[str, list[str]]:
+        """Storage settings the system's own schema put on its tables (``reloptions``)."""
+        return {
+            r[0]: list(r[1])
+            for r in self.conn.execute(
+                "SELECT c.relname, c.reloptions FROM pg_class c JOIN pg_stat_user_tables t "
+                "ON t.relid = c.oid WHERE t.relname LIKE %s AND c.reloptions IS NOT NULL "
+                "ORDER BY 1",
+                [self.shape.table_like],
+            )
+        }
+
+    def relations(self) -> dict[str, int]:
+        """Bytes of each table (heap and TOAST) and of each of its indexes, by name: where the
+        space is, which the per-table total hides (an index on an ever-growing key keeps the
+        pages a burst of versions split, while the heap gives its dead space back)."""
+        return {
+            r[0]: int(r[1])
+            for r in self.conn.execute(
+                "SELECT c.relname, pg_table_size(c.oid) FROM pg_class c "
+                "JOIN pg_stat_user_tables t ON t.relid = c.oid WHERE t.relname LIKE %s "
+                "UNION ALL "
+                "SELECT i.relname, pg_relation_size(i.oid) FROM pg_index x "
+                "JOIN pg_class i ON i.oid = x.indexrelid "
+                "JOIN pg_stat_user_tables t ON t.relid = x.indrelid WHERE t.relname LIKE %s",
+                [self.shape.table_like, self.shape.table_like],
+            )
+        }
+
     def sample(self, t: float, receiver: Receiver | None, pids: list[int]) -> dict[str, Any]:
         """Everything the report follows per interval, at ``t`` seconds into the run."""
         self.conn.execute("SELECT pg_stat_clear_snapshot()")
@@ -858,6 +887,7 @@ def soak_system(system: System, plan: Plan, rate: float, generators: int) -> dic
     out: dict[str, Any] = {"label": system.label, "config": _shape(system).config}
     empty = sampler.sizes()
     out["size_empty_bytes"] = sum(empty.values())
+    out["table_options"] = sampler.table_options()
     reader: dict[str, Any] = {}
     try:
         env = system.env(BENCH_PING_PORT=str(receiver.port))
@@ -961,6 +991,7 @@ def _retained(sampler: Sampler, shape: Shape) -> dict[str, Any]:
     """Bytes the tables keep per job they still hold: every table rewritten compactly
     (``VACUUM FULL``, workers stopped) and its size divided by the jobs it holds."""
     before = sum(sampler.sizes().values())
+    relations_before = sampler.relations()
     kept = int(sampler.conn.execute(shape.kept_sql).fetchone()[0])  # type: ignore[index]
     t = time.monotonic()
     for table in sampler.sizes():
@@ -969,6 +1000,8 @@ def _retained(sampler: Sampler, shape: Shape) -> dict[str, Any]:
     return {
         "size_before_bytes": before,
         "compact_bytes": compact,
+        "relations_before": relations_before,
+        "relations_compact": sampler.relations(),
         "jobs_held": kept,
         "vacuum_full_seconds": time.monotonic() - t,
     }
@@ -1277,6 +1310,16 @@ def write_report(data: dict[str, Any], out_dir: Path, stem: str) -> Path:
     for rec in data["systems"].values():
         add(f"| {rec['label']} | {rec.get('config', '')} |")
     add("")
+    for rec in data["systems"].values():
+        opts = rec.get("table_options")
+        if opts is None:
+            continue
+        add(
+            f"Table settings installed by the schema of {rec['label']}: "
+            + ("; ".join(f"`{t}` ({', '.join(o)})" for t, o in opts.items()) if opts else "none")
+            + "."
+        )
+        add("")
     # ---- verdicts ----------------------------------------------------------------------------
     add("## Targets")
     add("")
@@ -1351,6 +1394,25 @@ def write_report(data: dict[str, Any], out_dir: Path, stem: str) -> Path:
             f"| {r['vacuum_full_seconds']:.1f} s |"
         )
     add("")
+    for rec in data["systems"].values():
+        r = rec.get("retained") or {}
+        before, compact = r.get("relations_before"), r.get("relations_compact")
+        if not before or not compact:
+            continue
+        add(
+            f"Where the space of {rec['label']} was at the end, per table (heap and TOAST) and "
+            "per index, above 1 MB, largest excess first:"
+        )
+        add("")
+        add("| relation | size before VACUUM FULL | compact | excess |")
+        add("|---|---|---|---|")
+        rows = sorted(before, key=lambda n: compact.get(n, 0) - before[n])
+        for name in rows:
+            if before[name] < 1_000_000:
+                continue
+            c = compact.get(name, 0)
+            add(f"| `{name}` | {_mb(before[name])} MB | {_mb(c)} MB | {_mb(before[name] - c)} MB |")
+        add("")
     # ---- phases ------------------------------------------------------------------------------
     add("## Queue wait by phase")
     add("")
