@@ -4,7 +4,7 @@ PostgreSQL: ``tenure_job`` (a claim and a completion each write a new version), 
 
 PostgreSQL's default vacuums a table once its dead versions pass 50 + 20 % of its rows. These
 tables keep the finished history (7 days by default), so the 20 % grows with it: at 154 jobs/s
-and 400,000 rows kept, about 100,000 dead versions gathered between two vacuums, the pages
+and 370,000 jobs kept, about 100,000 dead versions gathered between two vacuums, the pages
 holding them could not take new rows, and the tables grew past their compact size
 (docs/operations.md, "Per-table autovacuum"). Here a fixed count decides instead: a vacuum once
 5,000 versions are dead, whatever the history holds — about once per autovacuum round
