@@ -7,8 +7,9 @@ tables keep the finished history (7 days by default), so the 20 % grows with it:
 and 370,000 jobs kept, about 100,000 dead versions gathered between two vacuums, the pages
 holding them could not take new rows, and the tables grew past their compact size
 (docs/operations.md, "Per-table autovacuum"). Here a fixed count decides instead: a vacuum once
-5,000 versions are dead, whatever the history holds — about once per autovacuum round
-(``autovacuum_naptime``, one minute by default) under load, rarely when idle.
+5,000 versions are dead, whatever the history holds (in the soak's hour: the job table every
+autovacuum round, ``autovacuum_naptime``, one minute by default; the attempt table 3 times in
+20 minutes).
 
 ``ALTER TABLE … SET (…)`` takes a SHARE UPDATE EXCLUSIVE lock: enqueues, claims and completions
 go on while it runs. An operator's own values made later with ``ALTER TABLE … SET`` stay: no

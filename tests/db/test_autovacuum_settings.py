@@ -7,7 +7,8 @@ from collections.abc import Iterator
 
 import pytest
 from django.db import connection
-from django.db.migrations.executor import MigrationExecutor
+
+from .migrating import latest_after, migrate
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
@@ -16,12 +17,6 @@ pytestmark = [
 
 TABLES = ("tenure_job", "tenure_attempt", "tenure_effect")
 EXPECTED = {"autovacuum_vacuum_scale_factor=0", "autovacuum_vacuum_threshold=5000"}
-
-
-def _migrate(target: list[tuple[str, str]]) -> None:
-    executor = MigrationExecutor(connection)
-    executor.loader.build_graph()
-    executor.migrate(target)
 
 
 def _options() -> dict[str, set[str]]:
@@ -37,19 +32,17 @@ def _options() -> dict[str, set[str]]:
 @pytest.fixture
 def latest() -> Iterator[None]:
     """The latest schema after the test, whatever it migrated to."""
-    try:
+    with latest_after():
         yield
-    finally:
-        _migrate(MigrationExecutor(connection).loader.graph.leaf_nodes("scheduler_core"))
 
 
 def test_the_hot_tables_vacuum_after_a_fixed_count_and_reversing_resets_them(
     latest: None,
 ) -> None:
     assert _options() == {t: EXPECTED for t in TABLES}
-    _migrate([("scheduler_core", "0012_job_spec")])
+    migrate([("scheduler_core", "0012_job_spec")])
     assert _options() == {t: set() for t in TABLES}
-    _migrate([("scheduler_core", "0013_autovacuum_settings")])
+    migrate([("scheduler_core", "0013_autovacuum_settings")])
     assert _options() == {t: EXPECTED for t in TABLES}
 
 

@@ -9,11 +9,12 @@ from typing import Any
 
 import pytest
 from django.db import connection
-from django.db.migrations.executor import MigrationExecutor
 
 from scheduler_core import job
 from scheduler_core.models import Job
 from scheduler_core.storage.drivers import driver
+
+from .migrating import latest_after, migrate
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -32,20 +33,12 @@ def item(ctx: Any, **kwargs: Any) -> None:
     """Nothing."""
 
 
-def _migrate(target: list[tuple[str, str]]) -> None:
-    executor = MigrationExecutor(connection)
-    executor.loader.build_graph()
-    executor.migrate(target)
-
-
 @pytest.fixture
 def at_0011() -> Iterator[None]:
     """The schema as migration 0011 left it, for the test; the latest one again after."""
-    _migrate(BEFORE)
-    try:
+    with latest_after():
+        migrate(BEFORE)
         yield
-    finally:
-        _migrate(MigrationExecutor(connection).loader.graph.leaf_nodes("scheduler_core"))
 
 
 def _insert_old_jobs() -> list[int]:
@@ -76,7 +69,7 @@ def _insert_old_jobs() -> list[int]:
 
 def test_0012_copies_every_jobs_spec_and_0011_takes_it_back(at_0011: None) -> None:
     ids = _insert_old_jobs()
-    _migrate(AFTER)
+    migrate(AFTER)
     got = {
         j.pk: (j.payload, j.effect, j.lease_seconds, j.timeout_seconds)
         for j in Job.objects.select_related("spec").filter(pk__in=ids)
@@ -91,7 +84,7 @@ def test_0012_copies_every_jobs_spec_and_0011_takes_it_back(at_0011: None) -> No
         i: payload for i, (payload, *_) in zip(ids, OLD, strict=True)
     }
 
-    _migrate(BEFORE)
+    migrate(BEFORE)
     marks = ", ".join(["%s"] * len(ids))
     with connection.cursor() as cur:
         cur.execute(
