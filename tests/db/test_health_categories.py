@@ -33,12 +33,30 @@ def _in(category: str) -> set[int]:
 
 def test_a_stale_heartbeat_is_abandoned_before_the_lease_runs_out() -> None:
     now = driver().now()
-    fresh = _leased(heartbeat_at=now)
-    # 30 s lease, renewals every 10 s: 25 s without one means two were missed.
-    silent = _leased(heartbeat_at=now - dt.timedelta(seconds=25))
-    expired = _leased(lease_expires_at=now - dt.timedelta(seconds=1))
-    assert _in("running") == {fresh.pk}
+
+    def renewed(ago: float) -> dict[str, dt.datetime]:
+        # What the last renewal, ``ago`` seconds back, left: both columns from one reading.
+        at = now - dt.timedelta(seconds=ago)
+        return {"heartbeat_at": at, "lease_expires_at": at + dt.timedelta(seconds=30)}
+
+    fresh = _leased(**renewed(0))
+    # 30 s lease, renewals every 10 s: one missed (15 s) is still running, two (25 s) are not,
+    # though the lease has 5 s left.
+    late = _leased(**renewed(15))
+    silent = _leased(**renewed(25))
+    expired = _leased(**renewed(31))
+    assert _in("running") == {fresh.pk, late.pk}
     assert _in("abandoned") == {silent.pk, expired.pk}
+
+
+def test_staleness_follows_each_jobs_own_lease_length() -> None:
+    # The same 25 s of silence: stale under a 30 s lease, fresh under a 60 s one (renewals
+    # every 20 s, so one missed).
+    now = driver().now()
+    beat = now - dt.timedelta(seconds=25)
+    short = _leased(heartbeat_at=beat, lease_expires_at=beat + dt.timedelta(seconds=30))
+    long = _leased(heartbeat_at=beat, lease_expires_at=beat + dt.timedelta(seconds=60))
+    assert short.pk in _in("abandoned") and long.pk in _in("running")
 
 
 def test_waiting_splits_into_due_scheduled_and_backing_off() -> None:
