@@ -245,8 +245,8 @@ class Tenure(System):
 
     def reset(self) -> None:
         self._truncate(
-            "tenure_job, tenure_attempt, tenure_effect, tenure_effect_event, tenure_executor, "
-            "tenure_stale_write, tenure_audit"
+            "tenure_job, tenure_job_spec, tenure_attempt, tenure_effect, tenure_effect_event, "
+            "tenure_executor, tenure_stale_write, tenure_audit"
         )
 
     def worker_cmds(self, n: int) -> list[list[str]]:

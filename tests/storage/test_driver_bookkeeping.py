@@ -23,6 +23,7 @@ from scheduler_core.models import (
     EffectEvent,
     Executor,
     Job,
+    JobSpec,
 )
 from scheduler_core.storage.clock import DbNow
 from scheduler_core.storage.drivers import driver
@@ -369,6 +370,8 @@ def test_prune_finished_deletes_old_jobs_with_their_attempts_and_ledger() -> Non
     assert not Attempt.objects.filter(job_id__in=old).exists()
     assert not Effect.objects.filter(job_id__in=old).exists()
     assert not EffectEvent.objects.filter(effect__job_id__in=old).exists()
+    # No foreign key removes the spec rows (migration 0014): retention's own delete does.
+    assert list(JobSpec.objects.values_list("job_id", flat=True)) == [recent]
     assert Effect.objects.filter(job_id=recent).count() == 1
     assert driver().prune_finished("succeeded", 7 * DAY) == 0
 

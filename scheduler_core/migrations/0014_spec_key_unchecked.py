@@ -1,0 +1,44 @@
+"""The spec row's key (``tenure_job_spec.job_id``) is no longer a foreign key in the database.
+
+A spec row is inserted only by the statement that inserts its job (on SQLite, in the same
+transaction) and deleted only with it (retention's one statement; the ORM's cascade when a
+job is deleted through Django), so the database's check of the key at commit guarded nothing
+Tenure's writes could break, and on PostgreSQL it cost a lookup per enqueued job with a plan
+the session caches: a connection that had enqueued a handful of jobs into a freshly vacuumed,
+nearly empty job table kept a sequential scan for that lookup, and its next bulk enqueue read
+the whole job table once per job (``make bench``, 2026-12-04: 4,528 jobs/s for 5,000 jobs;
+without the check, 42,000–49,000 on the same sequence, docs/operations.md "Bulk enqueue and
+the spec's key").
+
+What this gives up: a ``DELETE FROM tenure_job`` typed by hand leaves its jobs' spec rows
+behind (unreferenced and never read, but kept until removed by hand). Tenure's own deletes
+remove both.
+
+On PostgreSQL, dropping the constraint takes a brief lock on both tables and reads no rows;
+reversed, adding it back validates every spec row against the job table. SQLite
+rebuilds the spec table both ways (a copy of its rows).
+"""
+
+import django.db.models.deletion
+from django.db import migrations, models
+
+
+class Migration(migrations.Migration):
+    dependencies = [
+        ("scheduler_core", "0013_autovacuum_settings"),
+    ]
+
+    operations = [
+        migrations.AlterField(
+            model_name="jobspec",
+            name="job",
+            field=models.OneToOneField(
+                db_constraint=False,
+                on_delete=django.db.models.deletion.CASCADE,
+                primary_key=True,
+                related_name="spec",
+                serialize=False,
+                to="scheduler_core.job",
+            ),
+        ),
+    ]
