@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from django.db import connection
+from django.db import IntegrityError, connection
 
 from scheduler_core import job
 from scheduler_core.models import Job, JobSpec
@@ -59,3 +59,22 @@ def test_deleting_a_job_through_django_deletes_its_spec() -> None:
     gone, kept = kind.enqueue(n=1), kind.enqueue(n=2)
     Job.objects.filter(pk=gone.pk).delete()
     assert list(JobSpec.objects.values_list("job_id", flat=True)) == [kept.pk]
+
+
+@pytest.mark.skipif(
+    connection.vendor != "postgresql", reason="PostgreSQL validates the key it adds"
+)
+def test_reversing_0014_refuses_a_spec_row_whose_job_was_deleted_by_hand(latest: None) -> None:
+    orphan = kind.enqueue(n=1)
+    with connection.cursor() as cur:
+        cur.execute("DELETE FROM tenure_job WHERE id = %s", [orphan.pk])
+    with pytest.raises(IntegrityError):
+        migrate([("scheduler_core", "0013_autovacuum_settings")])
+    assert _spec_foreign_keys() == []  # still at 0014: the failed step changed nothing
+    with connection.cursor() as cur:
+        cur.execute(
+            "DELETE FROM tenure_job_spec WHERE NOT EXISTS "
+            "(SELECT 1 FROM tenure_job j WHERE j.id = tenure_job_spec.job_id)"
+        )
+    migrate([("scheduler_core", "0013_autovacuum_settings")])
+    assert len(_spec_foreign_keys()) == 1
