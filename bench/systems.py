@@ -243,11 +243,14 @@ class Tenure(System):
         recreate_database(self.db)
         self._run([PYTHON, "manage.py", "migrate", "-v0"])
 
+    tables = (
+        "tenure_job, tenure_job_spec, tenure_attempt, tenure_effect, tenure_effect_event, "
+        "tenure_executor, tenure_stale_write, tenure_audit"
+    )
+    """What :meth:`reset` empties (the spec table has no foreign key to cascade from)."""
+
     def reset(self) -> None:
-        self._truncate(
-            "tenure_job, tenure_job_spec, tenure_attempt, tenure_effect, tenure_effect_event, "
-            "tenure_executor, tenure_stale_write, tenure_audit"
-        )
+        self._truncate(self.tables)
 
     def worker_cmds(self, n: int) -> list[list[str]]:
         return [self.executor_cmd(self.concurrency)] * n
@@ -305,12 +308,8 @@ class TenureBefore(Tenure):
             subprocess.run(["tar", "-x", "-C", str(self.root)], input=archive, check=True)
         super().install()
 
-    def reset(self) -> None:
-        # That revision's schema has no spec table (migration 0012 came after it).
-        self._truncate(
-            "tenure_job, tenure_attempt, tenure_effect, tenure_effect_event, tenure_executor, "
-            "tenure_stale_write, tenure_audit"
-        )
+    # That revision's schema has no spec table (migration 0012 came after it).
+    tables = Tenure.tables.replace("tenure_job_spec, ", "")
 
 
 class TenureBesideLimited(Tenure):

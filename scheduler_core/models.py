@@ -242,12 +242,9 @@ class JobSpec(models.Model):
     Kept apart from :class:`Job` so the row versions that claims and completions write do not
     copy it (nor its payload index entries)."""
 
-    # No foreign key in the database (migration 0014): a spec row is only ever inserted by the
-    # statement (SQLite: the transaction) that inserts its job, and deleted by the retention
-    # statement that deletes the job (the ORM's cascade deletes it too). PostgreSQL checked the
-    # key once per row at commit with a plan the session cached: a connection that had enqueued
-    # a few jobs while the table was nearly empty kept a sequential scan, and its next bulk
-    # enqueue read the whole job table once per job (4,528 jobs/s for 5,000 in make bench).
+    # No foreign key in the database: Tenure writes a spec row only with its job and deletes it
+    # only with it, and PostgreSQL's check of the key could turn a bulk enqueue quadratic
+    # (migration 0014 says how).
     job = models.OneToOneField(
         Job,
         primary_key=True,

@@ -6,9 +6,9 @@ job is deleted through Django), so the database's check of the key at commit gua
 Tenure's writes could break, and on PostgreSQL it cost a lookup per enqueued job with a plan
 the session caches: a connection that had enqueued a handful of jobs into a freshly vacuumed,
 nearly empty job table kept a sequential scan for that lookup, and its next bulk enqueue read
-the whole job table once per job (``make bench``, 2026-12-04: 4,528 jobs/s for 5,000 jobs;
-without the check, 42,000–49,000 on the same sequence, docs/operations.md "Bulk enqueue and
-the spec's key").
+the whole job table once per job (``make bench``: 4,528 jobs/s for 5,000 jobs in
+bench/results/2026-12-04.md, 40,535 after this migration in 2026-12-04-after-0014.md;
+docs/operations.md, "What is recommended").
 
 What this gives up: a ``DELETE FROM tenure_job`` typed by hand leaves its jobs' spec rows
 behind (unreferenced and never read, but kept until removed by hand). Tenure's own deletes

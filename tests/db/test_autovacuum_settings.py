@@ -3,12 +3,10 @@ count of dead versions on PostgreSQL, and gives them back to the server's settin
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 from django.db import connection
 
-from .migrating import latest_after, migrate
+from .migrating import migrate
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
@@ -27,13 +25,6 @@ def _options() -> dict[str, set[str]]:
             [list(TABLES)],
         )
         return {name: set(opts) for name, opts in cur.fetchall()}
-
-
-@pytest.fixture
-def latest() -> Iterator[None]:
-    """The latest schema after the test, whatever it migrated to."""
-    with latest_after():
-        yield
 
 
 def test_the_hot_tables_vacuum_after_a_fixed_count_and_reversing_resets_them(

@@ -4,7 +4,6 @@ tests/storage/test_driver_bookkeeping.py)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -13,7 +12,7 @@ from django.db import IntegrityError, connection
 from scheduler_core import job
 from scheduler_core.models import Job, JobSpec
 
-from .migrating import latest_after, migrate
+from .migrating import migrate
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -27,13 +26,6 @@ def _spec_foreign_keys() -> list[str]:
     with connection.cursor() as cur:
         found = connection.introspection.get_constraints(cur, "tenure_job_spec")
     return [name for name, c in found.items() if c["foreign_key"]]
-
-
-@pytest.fixture
-def latest() -> Iterator[None]:
-    """The latest schema after the test, whatever it migrated to."""
-    with latest_after():
-        yield
 
 
 def test_the_spec_key_is_not_a_foreign_key_and_reversing_0014_restores_it(latest: None) -> None:
