@@ -144,6 +144,11 @@ class TenureSettings:
     COUNTS_REFRESH_SECONDS: float = 30.0
     """How often ``run_scheduler`` refreshes the count of succeeded and cancelled jobs the
     dashboard shows once the job table is too big to count on every page load."""
+    INDEX_UPKEEP_SECONDS: float = 600.0
+    """run_scheduler, PostgreSQL: how often to look for an index of Tenure's tables that vacuum
+    has emptied but cannot shrink, and rebuild it (``REINDEX INDEX CONCURRENTLY``, in a thread
+    of its own, never while a snapshot older than a minute is held); 0: never
+    (:mod:`scheduler_core.services.indexes`)."""
     EXACT_COUNTS_BELOW: int = 200_000
     """Below this many jobs (the database's estimate) the dashboard counts succeeded jobs
     exactly on each load; above, it shows the last refreshed count and its age."""

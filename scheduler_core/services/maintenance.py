@@ -1,7 +1,8 @@
 """``run_scheduler``'s round: the reaper (:mod:`~scheduler_core.services.reaper`), schedule
 firing (:mod:`~scheduler_core.services.scheduling`), the hint dispatcher, retention, the
-dashboard's count snapshot — the last three defined here — and the history rollup
-(:mod:`~scheduler_core.services.history`). The loop beats its own liveness row (an
+dashboard's count snapshot — the last three defined here — the history rollup
+(:mod:`~scheduler_core.services.history`), and, in a thread of its own, the index upkeep
+(:mod:`~scheduler_core.services.indexes`). The loop beats its own liveness row (an
 ``Executor`` row with ``transport="scheduler"``, no queues) every round, so the console can
 say whether a scheduler is alive.
 
@@ -27,6 +28,7 @@ from ..runtime.process_signals import StopOnSignal
 from ..storage.drivers import driver
 from ..storage.records import new_executor_id
 from . import history, reaper, scheduling
+from .indexes import IndexUpkeep
 
 log = logging.getLogger("tenure.maintenance")
 
@@ -130,6 +132,7 @@ class Maintenance:
         self._stop = threading.Event()
         self.scheduler_id = new_executor_id("scheduler")
         self._registered = False
+        self.indexes = IndexUpkeep()
 
     def beat(self) -> None:
         """Register (first round) or beat this scheduler's liveness row. Its transport is
@@ -168,6 +171,7 @@ class Maintenance:
             try:
                 self.beat()
                 result = run_once()
+                self.indexes.poll()
                 backoff = 0.0
                 if result["reaped"] or result["hinted"] or result["scheduled"] or result["pruned"]:
                     log.info("maintenance: %s", result)

@@ -36,6 +36,7 @@ from ..models import (
 from .clock import DbNow, to_datetime
 from .records import (
     Failure,
+    IndexSize,
     Lease,
 )
 
@@ -199,6 +200,28 @@ class DriverCore:
     def estimated_jobs(self) -> int:
         """*Vendor.* The database's estimate of the job table's rows (-1: none kept)."""
         return -1
+
+    # -- index upkeep (vendor; :mod:`scheduler_core.services.indexes` decides) ----------------
+
+    def index_sizes(self, tables: Sequence[str]) -> list[IndexSize]:
+        """*Vendor.* The B-tree indexes of ``tables`` that vacuum can empty but not shrink, with
+        what their entries need; empty where the database reuses freed pages itself."""
+        return []
+
+    def drop_unfinished_rebuilds(self, tables: Sequence[str]) -> list[str]:
+        """*Vendor.* Drop the invalid copies failed rebuilds left on ``tables``; their names."""
+        return []
+
+    def rebuild_index(self, name: str) -> int:
+        """*Vendor.* Rebuild index ``name`` without blocking writes; its size after, in bytes."""
+        raise NotImplementedError
+
+    def try_upkeep_lock(self) -> bool:
+        """*Vendor.* Take the lock one index upkeep holds at a time, if free."""
+        return False
+
+    def release_upkeep_lock(self) -> None:
+        """*Vendor.* Release the lock :meth:`try_upkeep_lock` took."""
 
     # -- reads for the console (vendor) --------------------------------------------------------
 

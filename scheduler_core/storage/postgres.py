@@ -2,7 +2,8 @@
 and every PostgreSQL-only behaviour — claims that seek from per-process floors and lock
 ``SKIP LOCKED``, completions and claims in one prepared statement, transaction ids read back
 after a lost ``COMMIT`` reply, ``NOTIFY``/``LISTEN`` wake-ups, the server's own view of old
-snapshots and dead rows, executor connection settings.
+snapshots and dead rows, executor connection settings; the index upkeep's statements are in
+:mod:`.pg_indexes`.
 
 The claim and the completion, the statements every job runs, are prepared on the server
 (planned once per connection, again every ``TENURE_REPLAN_SECONDS``) and their rows are read
@@ -35,6 +36,7 @@ from .base import (
 from .clock import to_datetime
 from .floors import FLOORS
 from .history import ROLLUP_MARGIN
+from .pg_indexes import PgIndexUpkeep
 from .queues import (
     LIMITED_QUEUE,
     open_queue,
@@ -366,7 +368,7 @@ _planned_at: weakref.WeakKeyDictionary[Any, float] = weakref.WeakKeyDictionary()
 """When each connection last dropped its prepared statements (monotonic seconds)."""
 
 
-class PostgresDriver(Driver):
+class PostgresDriver(PgIndexUpkeep, Driver):
     """Tenure's operations on a PostgreSQL database."""
 
     vendor = "postgresql"

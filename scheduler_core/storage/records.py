@@ -199,3 +199,26 @@ def named_rows(cursor: Any) -> list[dict[str, Any]]:
     """A DB-API cursor's remaining rows as mappings of column name to value."""
     cols = [c[0] for c in cursor.description]
     return [dict(zip(cols, row, strict=True)) for row in cursor.fetchall()]
+
+
+@dataclass(frozen=True, kw_only=True)
+class IndexSize:
+    """One B-tree index of Tenure's tables as the server describes it: its size, the entries it
+    held at its table's last vacuum or analyse, and the bytes those entries need."""
+
+    name: str
+    table: str
+    bytes: int
+    entries: int
+    """-1: the table was never vacuumed nor analysed, so the server does not know."""
+    entry_bytes: int | None
+    """What one entry takes on a page (header, key and line pointer, the key's width from the
+    column statistics); None when a key column has none yet."""
+
+    @property
+    def needed_bytes(self) -> int | None:
+        """The bytes the entries need packed as a B-tree packs rising keys (pages 90 % full),
+        with its meta and root pages; None when unknown."""
+        if self.entries < 0 or self.entry_bytes is None:
+            return None
+        return int(self.entries * self.entry_bytes / 0.9) + 2 * 8192

@@ -1,0 +1,171 @@
+"""Index upkeep (:mod:`scheduler_core.services.indexes`): an index vacuum has emptied is rebuilt
+to the size its entries need, a compact one never is; nothing is rebuilt while an old snapshot
+is held or another process holds the upkeep; the invalid copy a failed rebuild leaves is
+dropped; ``run_scheduler`` looks in a thread of its own."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+from django.db import connection
+
+from scheduler_core import job
+from scheduler_core.services import indexes
+from scheduler_core.storage.drivers import driver
+from tests import conftest
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+postgres_only = pytest.mark.skipif(
+    connection.vendor != "postgresql", reason="PostgreSQL's indexes keep the pages vacuum empties"
+)
+
+
+@job(name="tests.upkeep.noop", queue="upkeep")
+def noop(ctx: Any, *, n: int = 0) -> None:
+    """Nothing."""
+
+
+@pytest.fixture(autouse=True)
+def _forget_rebuilds() -> Iterator[None]:
+    indexes._after_rebuild.clear()
+    yield
+    indexes._after_rebuild.clear()
+
+
+def _sql(statement: str) -> None:
+    with connection.cursor() as cur:
+        cur.execute(statement)
+
+
+def _size(index: str) -> int:
+    with connection.cursor() as cur:
+        cur.execute("SELECT pg_relation_size(to_regclass(%s))", [index])
+        return int(cur.fetchone()[0])
+
+
+def _claim_index_emptied(jobs: int = 60_000) -> int:
+    """Fill the claim index with waiting jobs, move them all to rest and vacuum: the index's
+    pages are empty and still its own, as after a burst or a held snapshot. Its size."""
+    noop.enqueue_many([{"n": i} for i in range(jobs)])
+    _sql("UPDATE tenure_job SET state = 'cancelled'")
+    _sql("VACUUM ANALYZE tenure_job")
+    return _size("tenure_job_claim")
+
+
+@postgres_only
+def test_an_index_vacuum_emptied_is_rebuilt_to_what_its_entries_need() -> None:
+    before = _claim_index_emptied()
+    assert before > 2 * indexes.REBUILD_MIN_BYTES
+
+    report = indexes.upkeep_once()
+
+    rebuilt = {name: (b, a) for name, b, a in report.rebuilt}
+    assert rebuilt["tenure_job_claim"][0] == before
+    assert _size("tenure_job_claim") == rebuilt["tenure_job_claim"][1] < 64 * 1024
+    # The resting indexes were written once per job: compact, left alone.
+    assert "tenure_job_state" not in rebuilt
+    # Nothing is left to do, and the claim still works through the new index.
+    assert indexes.upkeep_once().rebuilt == []
+    handle = noop.enqueue(n=-1)
+    [lease] = driver().claim(executor="t:1:upkeep", queues=["upkeep"], limit=1)
+    assert lease.job_id == handle.id
+
+
+@postgres_only
+def test_compact_indexes_are_left_alone() -> None:
+    # Every state a job rests or works in, entries written once each, statistics fresh: the
+    # estimate of each index's need must not put it below what the index really takes.
+    noop.enqueue_many([{"n": i} for i in range(20_000)])
+    d = driver()
+    for _ in range(20):
+        leases = d.claim(executor="t:1:upkeep", queues=["upkeep"], limit=200)
+        for lease in leases[:150]:
+            with d.atomic():
+                d.complete(lease)
+    _sql("VACUUM FULL tenure_job")
+    _sql("VACUUM FULL tenure_attempt")
+    _sql("ANALYZE")
+    sizes = d.index_sizes(indexes.tenure_tables())
+    assert {ix.name for ix in sizes} >= {"tenure_job_claim", "tenure_job_pkey", "tenure_job_state"}
+    assert all(ix.needed_bytes is not None for ix in sizes if ix.table == "tenure_job")
+    assert indexes.to_rebuild(sizes) == []
+    assert indexes.upkeep_once().rebuilt == []
+
+
+@postgres_only
+def test_nothing_is_rebuilt_while_an_old_snapshot_is_held() -> None:
+    before = _claim_index_emptied()
+    with psycopg.connect(conftest.test_database_url(), application_name="a report") as reader:
+        reader.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+        reader.execute("SELECT count(*) FROM tenure_job").fetchone()
+        time.sleep(1.2)
+        report = indexes.upkeep_once(snapshot_limit=1.0)
+        assert report.rebuilt == []
+        assert "a snapshot has been held" in report.postponed
+        assert "a report" in report.postponed
+        assert _size("tenure_job_claim") == before
+        reader.rollback()
+    assert [r[0] for r in indexes.upkeep_once(snapshot_limit=1.0).rebuilt][:1] == [
+        "tenure_job_claim"
+    ]
+
+
+@postgres_only
+def test_one_process_keeps_the_indexes_at_a_time() -> None:
+    before = _claim_index_emptied()
+    with psycopg.connect(conftest.test_database_url(), autocommit=True) as other:
+        other.execute("SELECT pg_advisory_lock(hashtext('tenure: index upkeep'))")
+        report = indexes.upkeep_once()
+        assert report.rebuilt == [] and "lock" in report.postponed
+        assert _size("tenure_job_claim") == before
+    # The lock went with the other session: the next look rebuilds.
+    assert indexes.upkeep_once().rebuilt
+
+
+@postgres_only
+def test_the_invalid_copy_a_failed_rebuild_left_is_dropped_and_valid_indexes_are_kept() -> None:
+    noop.enqueue_many([{}, {}])
+    # A unique index over duplicates fails after its entry in the catalogue was made: what a
+    # rebuild that failed (a lock timeout, a cancel) leaves, under a rebuild's name.
+    with pytest.raises(Exception, match="could not create unique index"):
+        _sql("CREATE UNIQUE INDEX CONCURRENTLY tenure_job_claim_ccnew ON tenure_job (queue)")
+    _sql("CREATE INDEX CONCURRENTLY tenure_job_kept_ccnew ON tenure_job (priority)")
+    try:
+        assert _size("tenure_job_claim_ccnew") >= 0
+        report = indexes.upkeep_once()
+        assert report.dropped == ["tenure_job_claim_ccnew"]
+        with connection.cursor() as cur:
+            cur.execute(
+                "SELECT to_regclass('tenure_job_claim_ccnew'), to_regclass('tenure_job_kept_ccnew')"
+            )
+            gone, kept = cur.fetchone()
+        assert gone is None and kept is not None
+    finally:
+        _sql("DROP INDEX IF EXISTS tenure_job_claim_ccnew")
+        _sql("DROP INDEX IF EXISTS tenure_job_kept_ccnew")
+
+
+@postgres_only
+def test_the_scheduler_looks_in_a_thread_of_its_own_one_interval_after_it_starts() -> None:
+    before = _claim_index_emptied()
+    upkeep = indexes.IndexUpkeep(every=0.3)
+    assert upkeep.poll() is False  # not before the first interval
+    time.sleep(0.35)
+    assert upkeep.poll() is True
+    assert upkeep.poll() is False  # one look at a time, the next an interval later
+    upkeep.join(60)
+    assert _size("tenure_job_claim") < before
+
+
+def test_no_upkeep_where_the_database_reuses_pages_itself() -> None:
+    if connection.vendor == "postgresql":
+        pytest.skip("SQLite's case")
+    noop.enqueue_many([{}])
+    report = indexes.upkeep_once()
+    assert report == indexes.UpkeepReport()
+    assert driver().index_sizes(indexes.tenure_tables()) == []
