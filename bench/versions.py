@@ -13,10 +13,16 @@ caused it; compact is the rewritten size divided by the jobs the table holds.
 
 It explains the soak's size verdict (``bench/soak.py``: the tables after the hour against
 after 10 minutes plus the compact bytes of the jobs finished since): while the snapshot is
-held every version a claim and a completion leave behind stays, with its index entries, so
-the verdict holds only where a job's held bytes are at most twice its compact bytes (the
-space those versions take is reused after the snapshot, by the jobs that come later). It is
-a diagnostic, not a benchmark figure.
+held every version a claim and a completion leave behind stays, with its index entries, and
+after it only the jobs that come later reuse that space — as many jobs as came while it was
+held, in the soak. So the verdict needs, relation by relation (space a table or an index
+frees is reused by it alone), a job's held bytes at most twice its compact bytes; a primary
+key's freed space is not reused at all (its keys only grow), and a partial index whose jobs
+have all moved on keeps its pages empty (``run_scheduler``'s index upkeep rebuilds such
+indexes once the snapshot has ended: ``scheduler_core/services/indexes.py``). The total's
+ratio is printed too, but a total under 2 does not pass the verdict: the job table's heap
+over 2 is not offset by the spec table under it. It is a diagnostic, not a benchmark
+figure.
 """
 
 from __future__ import annotations
@@ -129,8 +135,19 @@ def main() -> None:
     for name, r in [*out["relations"].items(), ("total", out["total"])]:
         print(f"| {name} | {r['free']:.0f} | {r['held']:.0f} | {r['compact']:.0f} |")
     t = out["total"]
+    print(f"held / compact = {t['held'] / t['compact']:.2f} in total")
+    over = {
+        name: r["held"] - 2 * r["compact"]
+        for name, r in out["relations"].items()
+        if r["held"] > 2 * r["compact"] + 1
+    }
     print(
-        f"held / compact = {t['held'] / t['compact']:.2f} (the soak's size verdict needs at most 2)"
+        "over twice their compact bytes (the soak's size verdict needs none), held - 2 x "
+        "compact bytes per job: "
+        + (
+            ", ".join(f"{k} {v:.0f}" for k, v in sorted(over.items(), key=lambda kv: -kv[1]))
+            or "none"
+        )
     )
     path = VAR / "bench" / "versions.json"
     path.parent.mkdir(parents=True, exist_ok=True)

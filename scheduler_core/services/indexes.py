@@ -112,7 +112,11 @@ def upkeep_once(*, snapshot_limit: float = SNAPSHOT_LIMIT_SECONDS) -> UpkeepRepo
                 after = d.rebuild_index(ix.name)
             except DatabaseError as e:
                 log.warning("index upkeep: rebuilding %s failed (%s)", ix.name, e)
-                d.drop_unfinished_rebuilds(tables)
+                try:
+                    d.drop_unfinished_rebuilds(tables)
+                except DatabaseError as again:
+                    # The next look drops it; the rebuild's own error is the one to report.
+                    log.warning("index upkeep: its unfinished copy stays for now (%s)", again)
                 raise
             _after_rebuild[ix.name] = after
             report.rebuilt.append((ix.name, ix.bytes, after))
@@ -129,6 +133,13 @@ def upkeep_once(*, snapshot_limit: float = SNAPSHOT_LIMIT_SECONDS) -> UpkeepRepo
     finally:
         d.release_upkeep_lock()
     return report
+
+
+def not_owner(e: BaseException) -> bool:
+    """Whether ``e`` is the server's refusal of a rebuild to a role that does not own the table
+    (SQLSTATE 42501, ``insufficient_privilege``)."""
+    cause = e.__cause__ or e
+    return getattr(cause, "sqlstate", None) == "42501"
 
 
 class IndexUpkeep:
@@ -162,7 +173,16 @@ class IndexUpkeep:
         try:
             upkeep_once()
         except DatabaseError as e:
-            log.warning("index upkeep failed (%s); next look in %.0f s", e, self.every)
+            if not_owner(e):
+                # Only a table's owner may rebuild its indexes: no later look would do better.
+                log.warning(
+                    "index upkeep stopped: %s. Run run_scheduler as the role that owns Tenure's "
+                    "tables (the one that migrated them), or set TENURE_INDEX_UPKEEP_SECONDS = 0",
+                    str(e).strip(),
+                )
+                self.every = 0
+            else:
+                log.warning("index upkeep failed (%s); next look in %.0f s", e, self.every)
         finally:
             # This thread's own connection: nothing else uses it.
             d.connection.close()

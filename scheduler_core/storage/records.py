@@ -1,6 +1,7 @@
 """The values the storage layer hands out and the SQL every driver shares: :class:`Lease`,
-:class:`Failure`, :class:`InFlightOwner`, executor and installation ids, the claim's and the
-lease renewal's statements with their columns, and the reading of claimed rows."""
+:class:`Failure`, :class:`InFlightOwner`, :class:`IndexSize`, executor and installation ids,
+the claim's and the lease renewal's statements with their columns, and the reading of claimed
+rows."""
 
 from __future__ import annotations
 

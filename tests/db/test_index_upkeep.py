@@ -11,7 +11,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from django.db import connection
+from django.db import DatabaseError, connection
 
 from scheduler_core import job
 from scheduler_core.services import indexes
@@ -93,6 +93,11 @@ def test_compact_indexes_are_left_alone() -> None:
     sizes = d.index_sizes(indexes.tenure_tables())
     assert {ix.name for ix in sizes} >= {"tenure_job_claim", "tenure_job_pkey", "tenure_job_state"}
     assert all(ix.needed_bytes is not None for ix in sizes if ix.table == "tenure_job")
+    big = [ix for ix in sizes if ix.bytes >= 256 * 1024]
+    assert {ix.name for ix in big} >= {"tenure_job_claim", "tenure_job_pkey"}
+    for ix in big:
+        assert ix.needed_bytes is not None
+        assert abs(ix.needed_bytes - ix.bytes) < 0.05 * ix.bytes, ix
     assert indexes.to_rebuild(sizes) == []
     assert indexes.upkeep_once().rebuilt == []
 
@@ -169,3 +174,73 @@ def test_no_upkeep_where_the_database_reuses_pages_itself() -> None:
     report = indexes.upkeep_once()
     assert report == indexes.UpkeepReport()
     assert driver().index_sizes(indexes.tenure_tables()) == []
+
+
+@postgres_only
+def test_a_scheduler_that_does_not_own_the_tables_says_so_and_stops_looking(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    before = _claim_index_emptied()
+    _sql("DROP ROLE IF EXISTS tenure_upkeep_tenant")
+    _sql("CREATE ROLE tenure_upkeep_tenant NOLOGIN")
+    _sql("GRANT SELECT ON ALL TABLES IN SCHEMA public TO tenure_upkeep_tenant")
+    real = indexes.upkeep_once
+
+    def as_tenant(**kw: Any) -> indexes.UpkeepReport:
+        # The look runs as a role that may read the tables but owns none of them.
+        _sql("SET ROLE tenure_upkeep_tenant")
+        try:
+            return real(**kw)
+        finally:
+            _sql("RESET ROLE")
+
+    monkeypatch.setattr(indexes, "upkeep_once", as_tenant)
+    upkeep = indexes.IndexUpkeep(every=0.01)
+    time.sleep(0.02)
+    try:
+        with caplog.at_level("WARNING", logger="tenure.indexes"):
+            assert upkeep.poll() is True
+            upkeep.join(60)
+    finally:
+        _sql("REVOKE ALL ON ALL TABLES IN SCHEMA public FROM tenure_upkeep_tenant")
+        _sql("DROP ROLE tenure_upkeep_tenant")
+    assert "must be owner" in caplog.text, caplog.text
+    assert "TENURE_INDEX_UPKEEP_SECONDS = 0" in caplog.text
+    assert _size("tenure_job_claim") == before
+    assert upkeep.every == 0
+    time.sleep(0.02)
+    assert upkeep.poll() is False
+
+
+@postgres_only
+def test_a_rebuild_that_times_out_leaves_a_copy_the_next_look_drops(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    before = _claim_index_emptied()
+    with psycopg.connect(conftest.test_database_url()) as writer:
+        # A write in flight: the rebuild waits for it to end, past its lock_timeout.
+        writer.execute(
+            "UPDATE tenure_job SET priority = priority WHERE id = (SELECT min(id) FROM tenure_job)"
+        )
+        _sql("SET lock_timeout = '300ms'")
+        try:
+            with (
+                caplog.at_level("WARNING", logger="tenure.indexes"),
+                pytest.raises(DatabaseError, match="lock timeout"),
+            ):
+                indexes.upkeep_once()
+        finally:
+            _sql("RESET lock_timeout")
+        assert "rebuilding tenure_job_claim failed" in caplog.text
+        # Dropping the copy waited for the same write: it stays, invalid, until the next look.
+        assert "unfinished copy stays" in caplog.text
+        with connection.cursor() as cur:
+            cur.execute(
+                "SELECT indisvalid FROM pg_index WHERE indexrelid = to_regclass('tenure_job_claim_ccnew')"
+            )
+            assert cur.fetchone() == (False,)
+        writer.rollback()
+    report = indexes.upkeep_once()
+    assert report.dropped == ["tenure_job_claim_ccnew"]
+    assert "tenure_job_claim" in [name for name, _, _ in report.rebuilt]
+    assert _size("tenure_job_claim") < before
