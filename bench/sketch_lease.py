@@ -30,7 +30,7 @@ from .common import connect
 from .run import server
 from .sketch_split import EXECUTOR, _one
 from .systems import Tenure
-from .versions import phases
+from .versions import phases, print_layouts
 
 SKETCH_DDL = """
 DROP TABLE IF EXISTS sketch3_attempt, sketch3_job CASCADE;
@@ -191,27 +191,7 @@ def main() -> None:
                 "^(sketch3_|tenure_job_spec)",
                 lambda n: cycle_lease_in_attempt(conn, n),
             )[0]
-    print("| layout | relation | bytes per job, no snapshot held | held | compact |")
-    print("|---|---|---|---|---|")
-    for layout, rows in layouts.items():
-        for name, r in rows.items():
-            print(f"| {layout} | {name} | {r['free']:.0f} | {r['held']:.0f} | {r['compact']:.0f} |")
-    for layout, rows in layouts.items():
-        t = {k: sum(r[k] for r in rows.values()) for k in ("free", "held", "compact")}
-        over = {
-            n: r["held"] - 2 * r["compact"]
-            for n, r in rows.items()
-            if r["held"] > 2 * r["compact"] + 1
-        }
-        print(
-            f"{layout}: {t['free']:.0f} / {t['held']:.0f} / {t['compact']:.0f} bytes per job, "
-            f"held / compact = {t['held'] / t['compact']:.2f}; over twice compact (held - 2 x "
-            "compact): "
-            + (
-                ", ".join(f"{k} {v:.0f}" for k, v in sorted(over.items(), key=lambda kv: -kv[1]))
-                or "none"
-            )
-        )
+    print_layouts(layouts)
 
 
 if __name__ == "__main__":

@@ -36,7 +36,7 @@ import psycopg
 from .common import PYTHON, connect
 from .run import server
 from .systems import Tenure
-from .versions import phases
+from .versions import phases, print_layouts
 
 EXECUTOR = "bench-host:123456:exec-6f1c2b9e4a"
 """An executor id of the shape and length executors write (``records.new_executor_id``)."""
@@ -250,17 +250,7 @@ def main() -> None:
                 args.payload_pad,
             ),
         }
-    print("| layout | relation | bytes per job, no snapshot held | held | compact |")
-    print("|---|---|---|---|---|")
-    for layout, rows in layouts.items():
-        for name, r in rows.items():
-            print(f"| {layout} | {name} | {r['free']:.0f} | {r['held']:.0f} | {r['compact']:.0f} |")
-    for layout, rows in layouts.items():
-        t = {k: sum(r[k] for r in rows.values()) for k in ("free", "held", "compact")}
-        print(
-            f"{layout}: {t['free']:.0f} / {t['held']:.0f} / {t['compact']:.0f} bytes per job, "
-            f"held / compact = {t['held'] / t['compact']:.2f}"
-        )
+    print_layouts(layouts)
 
 
 if __name__ == "__main__":

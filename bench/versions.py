@@ -123,6 +123,33 @@ def measure(jobs: int) -> dict[str, Any]:
     }
 
 
+def over_twice(rows: dict[str, dict[str, float]]) -> str:
+    """The relations of ``rows`` (bytes per job by relation: free, held, compact) that hold more
+    than twice their compact bytes while a snapshot is held, with that excess, largest first."""
+    over = {
+        n: r["held"] - 2 * r["compact"] for n, r in rows.items() if r["held"] > 2 * r["compact"] + 1
+    }
+    ranked = sorted(over.items(), key=lambda kv: -kv[1])
+    return ", ".join(f"{name} {excess:.0f}" for name, excess in ranked) or "none"
+
+
+def print_layouts(layouts: dict[str, dict[str, dict[str, float]]]) -> None:
+    """The design sketches' output: each layout's relations, then each layout's totals and the
+    relations over twice their compact bytes."""
+    print("| layout | relation | bytes per job, no snapshot held | held | compact |")
+    print("|---|---|---|---|---|")
+    for layout, rows in layouts.items():
+        for name, r in rows.items():
+            print(f"| {layout} | {name} | {r['free']:.0f} | {r['held']:.0f} | {r['compact']:.0f} |")
+    for layout, rows in layouts.items():
+        t = {k: sum(r[k] for r in rows.values()) for k in ("free", "held", "compact")}
+        print(
+            f"{layout}: {t['free']:.0f} / {t['held']:.0f} / {t['compact']:.0f} bytes per job, "
+            f"held / compact = {t['held'] / t['compact']:.2f}; over twice compact (held - 2 x "
+            f"compact bytes per job): {over_twice(rows)}"
+        )
+
+
 def main() -> None:
     """Command line: measure, print the table, keep the figures."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -136,18 +163,9 @@ def main() -> None:
         print(f"| {name} | {r['free']:.0f} | {r['held']:.0f} | {r['compact']:.0f} |")
     t = out["total"]
     print(f"held / compact = {t['held'] / t['compact']:.2f} in total")
-    over = {
-        name: r["held"] - 2 * r["compact"]
-        for name, r in out["relations"].items()
-        if r["held"] > 2 * r["compact"] + 1
-    }
     print(
         "over twice their compact bytes (the soak's size verdict needs none), held - 2 x "
-        "compact bytes per job: "
-        + (
-            ", ".join(f"{k} {v:.0f}" for k, v in sorted(over.items(), key=lambda kv: -kv[1]))
-            or "none"
-        )
+        f"compact bytes per job: {over_twice(out['relations'])}"
     )
     path = VAR / "bench" / "versions.json"
     path.parent.mkdir(parents=True, exist_ok=True)
