@@ -164,7 +164,8 @@ class IndexUpkeep:
         return True
 
     def join(self, timeout: float | None = None) -> None:
-        """Wait for a running look (tests, a stopping scheduler)."""
+        """Wait for a running look (tests; a stopping scheduler does not wait: a rebuild it
+        leaves unfinished leaves a copy the next look drops)."""
         if self._thread is not None:
             self._thread.join(timeout)
 
