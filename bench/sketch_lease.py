@@ -52,6 +52,10 @@ ALTER TABLE sketch3_attempt ADD COLUMN deadline_at timestamptz;
 CREATE UNIQUE INDEX sketch3_attempt_open ON sketch3_attempt (job_id) WHERE finished_at IS NULL;
 CREATE INDEX sketch3_attempt_leases ON sketch3_attempt (lease_expires_at)
     WHERE finished_at IS NULL;
+-- Migration 0013's autovacuum settings, as Tenure's job and attempt tables have them.
+ALTER TABLE sketch3_job SET (autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 5000);
+ALTER TABLE sketch3_attempt
+    SET (autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 5000);
 """
 
 SPEC_KEY_OFFSET = 1_000_000_000
