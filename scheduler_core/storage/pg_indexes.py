@@ -11,7 +11,7 @@ from typing import Any
 from psycopg import sql
 
 from .core import DriverCore
-from .records import IndexSize
+from .records import IndexSize, named_rows
 
 _INDEX_SIZES = """
     SELECT ci.relname AS name, ct.relname AS table_name, pg_relation_size(ci.oid) AS bytes,
@@ -54,8 +54,7 @@ class PgIndexUpkeep(DriverCore):
     def index_sizes(self, tables: Sequence[str]) -> list[IndexSize]:
         with self.connection.cursor() as cur:
             cur.execute(_INDEX_SIZES, [list(tables)])
-            cols = [c[0] for c in cur.description]
-            rows = [dict(zip(cols, r, strict=True)) for r in cur.fetchall()]
+            rows = named_rows(cur)
         return [
             IndexSize(
                 name=str(r["name"]),
