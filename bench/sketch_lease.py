@@ -8,8 +8,9 @@ minute; prints a table). On a cluster of its own with production defaults, in a 
 migrated to the latest schema, the harness runs each job's enqueue, claim and completion as
 single statements, one job after another, on Tenure's tables ("as today": the claim rewrites
 the job row) and on sketch tables ("lease in the attempt"): a job row without the lease
-columns, with Tenure's indexes, and an attempt table with Tenure's and two more — at most one
-open attempt per job (unique), and the open attempts by lease expiry (the reaper's). There a
+columns, with Tenure's indexes, and an attempt table with Tenure's (among them, since
+migration 0015, at most one open attempt per job) and one more, the open attempts by lease
+expiry (the reaper's). There a
 claim locks the job row (``FOR UPDATE``: a lock, not a version) and inserts the attempt; a
 completion writes the job row once and closes the attempt. Each phase is measured as
 :mod:`bench.versions` does (no snapshot held, then as many jobs while a ``REPEATABLE READ``
@@ -47,9 +48,9 @@ CREATE INDEX sketch3_job_name_state ON sketch3_job (name, state)
 CREATE INDEX sketch3_job_queue_state ON sketch3_job (queue, state)
     WHERE state IN ('cancelled', 'failed', 'indeterminate', 'succeeded');
 CREATE INDEX sketch3_job_retried ON sketch3_job (updated_at) WHERE state = 'waiting' AND attempts > 0;
+-- With Tenure's attempt indexes, among them (since migration 0015) the unique index of the
+-- open attempts, one per job, and the deadline column.
 CREATE TABLE sketch3_attempt (LIKE tenure_attempt INCLUDING ALL);
-ALTER TABLE sketch3_attempt ADD COLUMN deadline_at timestamptz;
-CREATE UNIQUE INDEX sketch3_attempt_open ON sketch3_attempt (job_id) WHERE finished_at IS NULL;
 CREATE INDEX sketch3_attempt_leases ON sketch3_attempt (lease_expires_at)
     WHERE finished_at IS NULL;
 -- Migration 0013's autovacuum settings, as Tenure's job and attempt tables have them.

@@ -271,7 +271,9 @@ class JobSpec(models.Model):
 
 
 class Attempt(models.Model):
-    """One try at a job: the fence it was issued and what became of it."""
+    """One try at a job: the fence it was issued, its lease (owner, expiry, last renewal,
+    deadline) as the claim and renewals left it, and what became of it. A job has at most one
+    open attempt (``finished_at`` empty), a constraint of the database."""
 
     job = models.ForeignKey(
         Job,
@@ -286,6 +288,12 @@ class Attempt(models.Model):
     claimed_at = models.DateTimeField()
     lease_expires_at = models.DateTimeField(null=True, blank=True)
     heartbeat_at = models.DateTimeField(null=True, blank=True)
+    deadline_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="When this attempt's maximum runtime runs out (database clock), as its claim "
+        "set it on the job; empty on attempts made before migration 0015.",
+    )
     finished_at = models.DateTimeField(null=True, blank=True)
     outcome = models.CharField(max_length=40, blank=True, default="")
     error_class = models.CharField(max_length=20, blank=True, default="")
@@ -304,7 +312,14 @@ class Attempt(models.Model):
     class Meta:
         db_table = "tenure_attempt"
         constraints = [
-            models.UniqueConstraint(fields=["job", "fence"], name="tenure_attempt_job_fence")
+            models.UniqueConstraint(fields=["job", "fence"], name="tenure_attempt_job_fence"),
+            # One active attempt: the database refuses a second open attempt of a job, whatever
+            # a claim's statement got wrong (migration 0015; tests/db/test_one_open_attempt.py).
+            models.UniqueConstraint(
+                fields=["job"],
+                condition=Q(finished_at__isnull=True),
+                name="tenure_attempt_open",
+            ),
         ]
 
     def __str__(self) -> str:

@@ -295,8 +295,10 @@ class DriverCore:
             rows = self.renew_lease(lease)
             if len(rows) != 1:
                 raise self.refusal(lease, "heartbeat")
+            # The attempt's row holds the same lease as the job's, to the microsecond.
             Attempt.objects.using(self.alias).filter(pk=lease.attempt_id).update(
-                heartbeat_at=DbNow(), lease_expires_at=DbNow(lease.lease_seconds)
+                heartbeat_at=to_datetime(rows[0]["heartbeat_at"]),
+                lease_expires_at=to_datetime(rows[0]["lease_expires_at"]),
             )
         return rows[0]["cancel_requested_at"] is not None
 

@@ -144,7 +144,8 @@ def claim_ctes(shape: str, *, gate: bool = True) -> str:
         FROM cand JOIN tenure_job_spec AS s ON s.job_id = cand.id
         WHERE j.id = cand.id AND (j.state = 'waiting') IS TRUE
         RETURNING {", ".join("j." + c for c in CLAIMED_JOB_COLUMNS)},
-            {", ".join("s." + c for c in SPEC_COLUMNS)}, j.lease_owner, j.lease_expires_at
+            {", ".join("s." + c for c in SPEC_COLUMNS)}, j.lease_owner, j.lease_expires_at,
+            j.deadline_at
     ), new_attempt AS (
         {ATTEMPT_INSERT} FROM claimed
         RETURNING id, job_id

@@ -138,9 +138,10 @@ nothing), ``{now}``, ``{expiry}`` and ``{deadline}`` the vendor's expressions (f
 
 ATTEMPT_INSERT = """
     INSERT INTO tenure_attempt (job_id, number, fence, kind, executor, claimed_at,
-        lease_expires_at, heartbeat_at, outcome, error_class, error_type, message, traceback)
+        lease_expires_at, heartbeat_at, deadline_at, outcome, error_class, error_type, message,
+        traceback)
     SELECT id, attempts, fence, next_kind, lease_owner, heartbeat_at, lease_expires_at,
-        heartbeat_at, '', '', '', '', ''
+        heartbeat_at, deadline_at, '', '', '', '', ''
 """
 """The Attempt row of each claimed job, read from the job as the claim left it (a driver
 adds its ``FROM``)."""
@@ -150,12 +151,12 @@ HEARTBEAT_SQL = f"""
     UPDATE tenure_job SET lease_expires_at = {{expiry}}, heartbeat_at = {{now}}
     WHERE id = %s AND state = '{states.State.LEASED.value}' AND fence = %s
         AND deadline_at > {{now}}
-    RETURNING cancel_requested_at
+    RETURNING cancel_requested_at, lease_expires_at, heartbeat_at
 """
 """The lease renewal, every driver's: ``{now}`` and ``{expiry}`` (the database's now plus the
 lease, its one placeholder first) are the vendor's expressions; then the job id and the fence.
 It returns whether an operator asked the attempt to stop, so the attempt learns it from the
-renewal it makes anyway."""
+renewal it makes anyway, and the renewed lease, which the attempt's row then holds too."""
 
 
 PRUNABLE = (states.State.SUCCEEDED.value, states.State.FAILED.value)

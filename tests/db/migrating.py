@@ -17,10 +17,15 @@ def migrate(target: list[tuple[str, str]]) -> None:
     executor.migrate(target)
 
 
+def migrate_latest() -> None:
+    """The latest schema."""
+    migrate(MigrationExecutor(connection).loader.graph.leaf_nodes("scheduler_core"))
+
+
 @contextmanager
 def latest_after() -> Iterator[None]:
     """Whatever the body migrates to, the latest schema again after it."""
     try:
         yield
     finally:
-        migrate(MigrationExecutor(connection).loader.graph.leaf_nodes("scheduler_core"))
+        migrate_latest()

@@ -1,0 +1,107 @@
+"""One active attempt, held by the database (migration 0015): at most one open attempt per job,
+and each attempt's row carries its whole lease as its claim and renewals left it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.db import IntegrityError, connection, transaction
+
+from scheduler_core import job
+from scheduler_core.models import Attempt, Job
+from scheduler_core.runtime.attempt import run_lease
+from scheduler_core.storage.drivers import driver
+from scheduler_core.storage.records import Lease
+
+from .migrating import migrate
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@job(name="tests.one_open.record", queue="one-open", lease_seconds=30, timeout=300)
+def record(ctx: Any, n: int = 0) -> None:
+    """Does nothing: the tests read the rows a claim and its end leave."""
+
+
+def _claim(executor: str = "t:1:a") -> Lease:
+    [lease] = driver().claim(executor=executor, queues=["one-open"], limit=1)
+    return lease
+
+
+def test_the_attempt_row_carries_the_lease_its_claim_and_renewal_left_on_the_job() -> None:
+    record.enqueue(n=1)
+    lease = _claim()
+    j = Job.objects.get(pk=lease.job_id)
+    a = Attempt.objects.get(pk=lease.attempt_id)
+    assert a.finished_at is None
+    assert (a.executor, a.fence, a.lease_expires_at, a.heartbeat_at, a.deadline_at) == (
+        j.lease_owner,
+        j.fence,
+        j.lease_expires_at,
+        j.heartbeat_at,
+        j.deadline_at,
+    )
+    assert a.deadline_at is not None and a.deadline_at > a.lease_expires_at  # 300 s > 30 s
+    driver().heartbeat(lease)
+    j.refresh_from_db()
+    a.refresh_from_db()
+    assert (a.lease_expires_at, a.deadline_at) == (j.lease_expires_at, j.deadline_at)
+
+
+def test_the_database_refuses_a_second_open_attempt_of_a_job() -> None:
+    record.enqueue(n=1)
+    lease = _claim()
+    first = Attempt.objects.get(pk=lease.attempt_id)
+    with pytest.raises(IntegrityError), transaction.atomic():
+        Attempt.objects.create(
+            job_id=lease.job_id, number=2, fence=2, executor="t:2:b", claimed_at=first.claimed_at
+        )
+    assert Attempt.objects.filter(job_id=lease.job_id).count() == 1  # nothing written
+
+
+def test_a_job_gets_a_new_open_attempt_once_the_last_one_ended() -> None:
+    j = record.enqueue(n=1)
+    run_lease(_claim())
+    # An operator's retry makes the succeeded job wait again; its next claim opens attempt 2.
+    Job.objects.filter(pk=j.pk).update(state="waiting")
+    second = _claim(executor="t:2:b")
+    rows = list(Attempt.objects.filter(job_id=j.pk).order_by("fence"))
+    assert [(a.fence, a.finished_at is None) for a in rows] == [(1, False), (2, True)]
+    assert rows[1].pk == second.attempt_id
+
+
+def _open_by_hand(job_id: int, fence: int, when: Any) -> int:
+    with connection.cursor() as cur:
+        cur.execute(
+            "INSERT INTO tenure_attempt (job_id, number, fence, kind, executor, claimed_at, "
+            "outcome, error_class, error_type, message, traceback) "
+            "VALUES (%s, %s, %s, 'run', 'hand', %s, '', '', '', '', '') RETURNING id",
+            [job_id, fence, fence, when],
+        )
+        return int(cur.fetchone()[0])
+
+
+def test_0015_closes_open_attempts_that_are_not_their_jobs_current_and_fills_deadlines(
+    latest: None,
+) -> None:
+    a, b = record.enqueue(n=1), record.enqueue(n=2)
+    current = _claim()  # job a (the older): leased under fence 1, attempt open
+    assert current.job_id == a.pk
+    migrate([("scheduler_core", "0014_spec_key_unchecked")])
+    now = driver().now()
+    # A database written by hand: job b waits, yet an attempt of it is open; job a's attempt
+    # under an old fence was left open too.
+    stray_b = _open_by_hand(b.pk, 1, now)
+    stray_a = _open_by_hand(a.pk, 0, now)
+    migrate([("scheduler_core", "0015_one_open_attempt")])
+    rows = {r.pk: r for r in Attempt.objects.all()}
+    assert {pk: (r.outcome, r.finished_at is None) for pk, r in rows.items()} == {
+        current.attempt_id: ("", True),
+        stray_b: ("superseded", False),
+        stray_a: ("superseded", False),
+    }
+    assert rows[current.attempt_id].deadline_at == Job.objects.get(pk=a.pk).deadline_at
+    assert rows[stray_b].deadline_at is None
+    with pytest.raises(IntegrityError), transaction.atomic():
+        _open_by_hand(a.pk, 5, now)
