@@ -1,0 +1,245 @@
+"""A design sketch, not a benchmark of Tenure: what the claim would cost if the lease lived in the
+attempt row alone (``bench.sketch_lease``'s layout), where leased jobs stay in the claim index
+and each claim must step over them.
+
+``PYTHONPATH=. var/bench-venv/bin/python -m bench.sketch_claim [--claims 3000] [--in-flight 16]``
+(about two minutes; prints a table). On a cluster of its own with production defaults, in a
+database migrated to the latest schema, one connection keeps a backlog of ``--backlog`` waiting
+jobs of one queue and ``--in-flight`` jobs leased and not yet completed (as two executors of 8
+threads keep them), and then, ``--claims`` times: claims one job with the layout's claim
+statement (timed, from the client: statement and commit), completes the job leased
+``--in-flight`` claims before, and enqueues one more. Once with no snapshot held, then as many
+claims while a ``REPEATABLE READ`` session holds the snapshot it took before them.
+
+"As today": Tenure's claim in the shape of its one-queue claim (``tenure_job_claim`` walked in
+order, candidates locked ``SKIP LOCKED``, the job row updated to leased, the attempt inserted).
+"Lease in the attempt": the same walk of an index of waiting jobs that now also holds the leased
+ones, each candidate checked against the open-attempt index (``NOT EXISTS``), the candidate
+locked (``FOR UPDATE SKIP LOCKED``: a lock, no version) and its attempt inserted with ``ON
+CONFLICT DO NOTHING`` on that unique index (so a claimer whose snapshot predates another's
+claim cannot open a second attempt). Both run from one connection, one statement after
+another: the figures compare the statements' own work, not contention between claimers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+import psycopg
+
+from .common import connect
+from .run import server
+from .sketch_lease import SKETCH_DDL, SPEC_KEY_OFFSET
+from .sketch_split import EXECUTOR
+from .systems import Tenure
+
+CLAIM_TODAY = """
+    WITH cand AS (
+        SELECT id FROM tenure_job
+        WHERE state = 'waiting' AND queue = 'default' AND run_at <= clock_timestamp()
+        ORDER BY priority DESC, run_at, id
+        LIMIT 1
+        FOR UPDATE SKIP LOCKED
+    ), claimed AS (
+        UPDATE tenure_job AS j SET state = 'leased', fence = j.fence + 1,
+            attempts = j.attempts + 1, lease_owner = %(executor)s,
+            lease_expires_at = clock_timestamp() + interval '30 s',
+            deadline_at = clock_timestamp() + interval '1 hour',
+            heartbeat_at = clock_timestamp(), updated_at = clock_timestamp(),
+            version = j.version + 1
+        FROM cand WHERE j.id = cand.id AND (j.state = 'waiting') IS TRUE
+        RETURNING j.id, j.attempts, j.fence, j.next_kind, j.lease_owner, j.lease_expires_at,
+            j.heartbeat_at, j.deadline_at
+    )
+    INSERT INTO tenure_attempt (job_id, number, fence, kind, executor, claimed_at,
+        lease_expires_at, heartbeat_at, deadline_at, outcome, error_class, error_type, message,
+        traceback)
+    SELECT id, attempts, fence, next_kind, lease_owner, heartbeat_at, lease_expires_at,
+        heartbeat_at, deadline_at, '', '', '', '', '' FROM claimed
+    RETURNING job_id, id
+"""
+
+CLAIM_IN_ATTEMPT = """
+    WITH cand AS (
+        SELECT j.id, j.attempts, j.next_kind FROM sketch3_job AS j
+        WHERE j.state = 'waiting' AND j.queue = 'default' AND j.run_at <= clock_timestamp()
+            AND NOT EXISTS (
+                SELECT 1 FROM sketch3_attempt AS a WHERE a.job_id = j.id AND a.finished_at IS NULL
+            )
+        ORDER BY j.priority DESC, j.run_at, j.id
+        LIMIT 1
+        FOR UPDATE OF j SKIP LOCKED
+    )
+    INSERT INTO sketch3_attempt (job_id, number, fence, kind, executor, claimed_at,
+        lease_expires_at, heartbeat_at, deadline_at, outcome, error_class, error_type, message,
+        traceback)
+    SELECT id, attempts + 1, attempts + 1, next_kind, %(executor)s, clock_timestamp(),
+        clock_timestamp() + interval '30 s', clock_timestamp(),
+        clock_timestamp() + interval '1 hour', '', '', '', '', '' FROM cand
+    ON CONFLICT (job_id) WHERE finished_at IS NULL DO NOTHING
+    RETURNING job_id, id
+"""
+
+COMPLETE_TODAY = (
+    """UPDATE tenure_job SET state = 'succeeded', updated_at = clock_timestamp(),
+        version = version + 1, lease_owner = '', lease_expires_at = NULL, reason = '',
+        next_kind = 'run', finished_at = clock_timestamp()
+    WHERE id = %s AND state = 'leased'""",
+    "UPDATE tenure_attempt SET outcome = 'succeeded', finished_at = clock_timestamp() "
+    "WHERE id = %s AND finished_at IS NULL",
+)
+
+COMPLETE_IN_ATTEMPT = (
+    """UPDATE sketch3_job SET state = 'succeeded', attempts = attempts + 1,
+        updated_at = clock_timestamp(), version = version + 1, reason = '', next_kind = 'run',
+        finished_at = clock_timestamp()
+    WHERE id = %s AND state = 'waiting'""",
+    "UPDATE sketch3_attempt SET outcome = 'succeeded', finished_at = clock_timestamp() "
+    "WHERE id = %s AND finished_at IS NULL",
+)
+
+ENQUEUE = {
+    "as today": """
+        INSERT INTO tenure_job (name, queue, priority, run_at, state, fence, attempts,
+            max_attempts, next_kind, version, created_at, updated_at, last_error, reason,
+            lease_owner)
+        SELECT 'bench.noop', 'default', 0, clock_timestamp(), 'waiting', 0, 0, 5, 'run', 1,
+            clock_timestamp(), clock_timestamp(), '', '', '' FROM generate_series(1, %s)
+        RETURNING id
+    """,
+    "lease in the attempt": """
+        INSERT INTO sketch3_job (name, queue, priority, run_at, state, attempts,
+            max_attempts, next_kind, version, created_at, updated_at, last_error, reason)
+        SELECT 'bench.noop', 'default', 0, clock_timestamp(), 'waiting', 0, 5, 'run', 1,
+            clock_timestamp(), clock_timestamp(), '', '' FROM generate_series(1, %s)
+        RETURNING id
+    """,
+}
+
+LAYOUTS = {
+    "as today": (CLAIM_TODAY, COMPLETE_TODAY, 0),
+    "lease in the attempt": (CLAIM_IN_ATTEMPT, COMPLETE_IN_ATTEMPT, SPEC_KEY_OFFSET),
+}
+
+
+def _enqueue(conn: psycopg.Connection[Any], layout: str, n: int) -> None:
+    """``n`` waiting jobs of the layout, each with its spec row, in one transaction."""
+    offset = LAYOUTS[layout][2]
+    with conn.transaction():
+        ids = [r[0] for r in conn.execute(ENQUEUE[layout], [n]).fetchall()]
+        conn.execute(
+            "INSERT INTO tenure_job_spec (job_id, payload, effect, lease_seconds, "
+            "timeout_seconds) SELECT unnest(%s::bigint[]), '{}', 'at_least_once', 30, 3600",
+            [[i + offset for i in ids]],
+        )
+
+
+def run(
+    conn: psycopg.Connection[Any], layout: str, *, claims: int, in_flight: int
+) -> dict[str, float]:
+    """``claims`` timed claims of ``layout`` with ``in_flight`` jobs leased throughout (one
+    completed and one enqueued per claim); the claim times in milliseconds."""
+    claim_sql, (complete_job, complete_attempt), _ = LAYOUTS[layout]
+    leased: deque[tuple[int, int]] = deque()
+    times: list[float] = []
+    empty = 0
+    for _ in range(claims):
+        t0 = time.perf_counter()
+        got = conn.execute(claim_sql, {"executor": EXECUTOR}).fetchall()
+        times.append((time.perf_counter() - t0) * 1000)
+        if not got:
+            empty += 1
+        leased.extend((int(r[0]), int(r[1])) for r in got)
+        while len(leased) > in_flight:
+            job_id, attempt_id = leased.popleft()
+            with conn.transaction():
+                conn.execute(complete_job, [job_id])
+                conn.execute(complete_attempt, [attempt_id])
+        _enqueue(conn, layout, 1)
+    # Leave no job leased for the next phase.
+    while leased:
+        job_id, attempt_id = leased.popleft()
+        with conn.transaction():
+            conn.execute(complete_job, [job_id])
+            conn.execute(complete_attempt, [attempt_id])
+    times.sort()
+    return {
+        "mean_ms": statistics.fmean(times),
+        "p50_ms": times[len(times) // 2],
+        "p99_ms": times[min(len(times) - 1, int(len(times) * 0.99))],
+        "empty": float(empty),
+    }
+
+
+def measure(
+    db: str, layout: str, *, backlog: int, claims: int, in_flight: int, reset: Callable[[], None]
+) -> dict[str, dict[str, float]]:
+    """The layout's claim times with no snapshot held, then while one is held."""
+    reset()
+    out: dict[str, dict[str, float]] = {}
+    with connect(db) as conn:
+        conn.autocommit = True
+        _enqueue(conn, layout, backlog)
+        conn.execute("VACUUM ANALYZE")
+        run(conn, layout, claims=200, in_flight=in_flight)  # warm: not counted
+        out["no snapshot held"] = run(conn, layout, claims=claims, in_flight=in_flight)
+        holder = connect(db)
+        try:
+            holder.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+            holder.execute("SELECT count(*) FROM tenure_job_spec").fetchone()
+            out["snapshot held"] = run(conn, layout, claims=claims, in_flight=in_flight)
+        finally:
+            holder.close()
+    return out
+
+
+def main() -> None:
+    """Command line: both layouts' claim times, without and with a held snapshot."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--claims", type=int, default=3000)
+    parser.add_argument("--backlog", type=int, default=2000)
+    parser.add_argument("--in-flight", type=int, default=16)
+    args = parser.parse_args()
+    results: dict[str, dict[str, dict[str, float]]] = {}
+    with server("own"):
+        system = Tenure()
+        system.install()
+        system.reset()
+        assert system.db
+        db = system.db
+
+        def reset() -> None:
+            system.reset()
+            with connect(db) as conn:
+                conn.execute(SKETCH_DDL)
+
+        for layout in LAYOUTS:
+            results[layout] = measure(
+                db,
+                layout,
+                backlog=args.backlog,
+                claims=args.claims,
+                in_flight=args.in_flight,
+                reset=reset,
+            )
+    print(
+        f"{args.claims} claims a phase, {args.in_flight} jobs leased throughout, "
+        f"a backlog of {args.backlog}; one connection"
+    )
+    print("| layout | phase | claim mean ms | p50 | p99 | claims that found nothing |")
+    print("|---|---|---|---|---|---|")
+    for layout, phases in results.items():
+        for phase, r in phases.items():
+            print(
+                f"| {layout} | {phase} | {r['mean_ms']:.3f} | {r['p50_ms']:.3f} | "
+                f"{r['p99_ms']:.3f} | {r['empty']:.0f} |"
+            )
+
+
+if __name__ == "__main__":
+    main()
