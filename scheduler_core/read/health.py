@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
+from django.apps import apps
 from django.db.models import BooleanField, Count, ExpressionWrapper, F, Max, Q
 
 from ..conf import executor_stale_seconds, tenure_settings
@@ -13,6 +14,7 @@ from ..domain.states import State
 from ..models import Attempt, CountSnapshot, Executor, Job, Queue, StaleWrite
 from ..storage.clock import DbNow, DbNowLessLeaseShare
 from ..storage.drivers import driver
+from ..storage.records import IndexSize
 
 
 def state_counts() -> dict[str, int]:
@@ -322,6 +324,20 @@ def recent_claim_latencies(*, limit: int = SAMPLE_LIMIT) -> list[float]:
 # ---------------------------------------------------------------------------------------------
 # What the database holds back (PostgreSQL)
 # ---------------------------------------------------------------------------------------------
+
+
+def tenure_tables() -> list[str]:
+    """The tables of Tenure's models."""
+    return sorted({m._meta.db_table for m in apps.get_app_config("scheduler_core").get_models()})
+
+
+def index_sizes() -> list[IndexSize]:
+    """The B-tree indexes of Tenure's tables, each with its size and what its entries need
+    (PostgreSQL; empty where the database reuses freed pages itself): what ``/metrics`` shows,
+    and what ``run_scheduler``'s index upkeep decides from
+    (:mod:`scheduler_core.services.indexes`)."""
+    return driver().index_sizes(tenure_tables())
+
 
 HELD_BACK_AFTER_SECONDS = 60.0
 """A snapshot held longer than this, with dead rows piling up behind it, is reported as

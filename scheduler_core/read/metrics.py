@@ -11,7 +11,11 @@ Two kinds of figure, kept apart by name:
   ``tenure_executors_alive``, ``tenure_scheduler_alive``, ``tenure_verdict`` (0 healthy,
   1 degraded, 2 down: :func:`scheduler_core.read.liveness.assess`) with
   ``tenure_verdict_reason{reason}``, ``tenure_db_stale_writes_refused_total{write}``,
-  ``tenure_db_leases_reaped_total``, and gauge histograms over the last hour
+  ``tenure_db_leases_reaped_total``, on PostgreSQL what holds vacuum back
+  (``tenure_db_oldest_snapshot_seconds``, ``tenure_db_job_dead_rows``, ``tenure_db_held_back``)
+  and each index's size beside what its entries need (``tenure_db_index_bytes{index,table}``,
+  ``tenure_db_index_needed_bytes{index,table}``: the index upkeep's figures), and gauge
+  histograms over the last hour
   ``tenure_db_attempt_duration_seconds`` and ``tenure_db_claim_latency_seconds``.
   ``tenure_db_up`` is 0 when the database could not be read.
 
@@ -179,6 +183,25 @@ class DatabaseCollector(Collector):
             )
             held.add_metric([], 1 if pressure["held_back"] else 0)
             yield held
+        sizes = health.index_sizes()
+        if sizes:
+            size = GaugeMetricFamily(
+                "tenure_db_index_bytes",
+                "Size of each B-tree index of Tenure's tables",
+                labels=["index", "table"],
+            )
+            need = GaugeMetricFamily(
+                "tenure_db_index_needed_bytes",
+                "What each index's entries need packed (entries at the table's last vacuum or "
+                "analyse x entry width); absent while unknown",
+                labels=["index", "table"],
+            )
+            for ix in sizes:
+                size.add_metric([ix.name, ix.table], ix.bytes)
+                if ix.needed_bytes is not None:
+                    need.add_metric([ix.name, ix.table], ix.needed_bytes)
+            yield size
+            yield need
         yield _gauge_histogram(
             "tenure_db_attempt_duration_seconds",
             "Durations of attempts that finished in the last hour",

@@ -25,7 +25,6 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from django.apps import apps
 from django.db import DatabaseError
 
 from ..conf import tenure_settings
@@ -63,11 +62,6 @@ is :data:`REBUILD_RATIO` times that too, so an index whose need the estimate put
 rebuilt once, not every look."""
 
 
-def tenure_tables() -> list[str]:
-    """The tables of Tenure's models."""
-    return sorted({m._meta.db_table for m in apps.get_app_config("scheduler_core").get_models()})
-
-
 def to_rebuild(sizes: list[IndexSize]) -> list[IndexSize]:
     """The indexes of ``sizes`` worth rebuilding, largest excess first; an index whose need is
     unknown (its table never vacuumed nor analysed) is left alone."""
@@ -102,7 +96,7 @@ def upkeep_once(*, snapshot_limit: float = SNAPSHOT_LIMIT_SECONDS) -> UpkeepRepo
     if not d.try_upkeep_lock():
         report.postponed = "another process holds the index upkeep lock"
         return report
-    tables = tenure_tables()
+    tables = health.tenure_tables()
     try:
         report.dropped = d.drop_unfinished_rebuilds(tables)
         for name in report.dropped:

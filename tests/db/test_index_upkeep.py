@@ -14,6 +14,7 @@ import pytest
 from django.db import DatabaseError, connection
 
 from scheduler_core import job
+from scheduler_core.read import health
 from scheduler_core.services import indexes
 from scheduler_core.storage.drivers import driver
 from tests import conftest
@@ -76,6 +77,27 @@ def test_an_index_vacuum_emptied_is_rebuilt_to_what_its_entries_need() -> None:
     assert lease.job_id == handle.id
 
 
+def _metric(text: str, name: str, index: str) -> float | None:
+    """The value of ``name`` for ``index`` in a ``/metrics`` page (None when absent)."""
+    for line in text.splitlines():
+        if line.startswith(f'{name}{{index="{index}",'):
+            return float(line.rsplit(" ", 1)[1])
+    return None
+
+
+@postgres_only
+def test_metrics_show_each_index_beside_what_its_entries_need(admin_client: Any) -> None:
+    before = _claim_index_emptied()
+    text = admin_client.get("/metrics").content.decode()
+    assert _metric(text, "tenure_db_index_bytes", "tenure_job_claim") == before
+    need = _metric(text, "tenure_db_index_needed_bytes", "tenure_job_claim")
+    assert need is not None and need < before / indexes.REBUILD_RATIO  # what upkeep rebuilds
+    indexes.upkeep_once()
+    text = admin_client.get("/metrics").content.decode()
+    assert _metric(text, "tenure_db_index_bytes", "tenure_job_claim") == _size("tenure_job_claim")
+    assert _size("tenure_job_claim") < before
+
+
 @postgres_only
 def test_compact_indexes_are_left_alone() -> None:
     # Every state a job rests or works in, entries written once each, statistics fresh: the
@@ -90,7 +112,7 @@ def test_compact_indexes_are_left_alone() -> None:
     _sql("VACUUM FULL tenure_job")
     _sql("VACUUM FULL tenure_attempt")
     _sql("ANALYZE")
-    sizes = d.index_sizes(indexes.tenure_tables())
+    sizes = d.index_sizes(health.tenure_tables())
     assert {ix.name for ix in sizes} >= {"tenure_job_claim", "tenure_job_pkey", "tenure_job_state"}
     assert all(ix.needed_bytes is not None for ix in sizes if ix.table == "tenure_job")
     big = [ix for ix in sizes if ix.bytes >= 256 * 1024]
@@ -173,7 +195,14 @@ def test_no_upkeep_where_the_database_reuses_pages_itself() -> None:
     noop.enqueue_many([{}])
     report = indexes.upkeep_once()
     assert report == indexes.UpkeepReport()
-    assert driver().index_sizes(indexes.tenure_tables()) == []
+    assert health.index_sizes() == []
+
+
+def test_sqlite_metrics_show_no_index_sizes(admin_client: Any) -> None:
+    if connection.vendor == "postgresql":
+        pytest.skip("SQLite's case")
+    text = admin_client.get("/metrics").content.decode()
+    assert "tenure_db_up 1.0" in text and "tenure_db_index_bytes" not in text
 
 
 @postgres_only
