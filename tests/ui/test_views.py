@@ -18,7 +18,7 @@ from admin_ui.permissions import OPERATE_PERM
 from scheduler_core.domain import states
 from scheduler_core.domain.modes import GUARANTEES, EffectMode
 from scheduler_core.domain.outcomes import Decision
-from scheduler_core.models import AuditEntry, Effect, EffectEvent, Job
+from scheduler_core.models import Attempt, AuditEntry, Effect, EffectEvent, Job
 from scheduler_core.services import maintenance, operator, queues
 from scheduler_core.storage.drivers import driver
 
@@ -207,6 +207,16 @@ def test_page_stale_because_an_executor_claimed_the_job_gets_409(op_client: Clie
     before = snapshot()
     assert act(op_client, job, "cancel").status_code == 409
     assert snapshot() == before
+
+
+def test_an_attempt_shows_its_lease_and_its_maximum_runtime(op_client: Client) -> None:
+    job, lease = f.running("ui.sync")
+    html = op_client.get(detail_url(job)).content.decode()
+    assert "lease until" in html and 'class="attempt-deadline"' in html
+    # An attempt made before migration 0015 has no deadline on its row: none is shown.
+    Attempt.objects.filter(pk=lease.attempt_id).update(deadline_at=None)
+    html = op_client.get(detail_url(job)).content.decode()
+    assert "lease until" in html and 'class="attempt-deadline"' not in html
 
 
 def test_leased_job_cannot_be_retried_resolved_or_cancelled(op_client: Client) -> None:
