@@ -2,14 +2,15 @@
 attempt row alone (``bench.sketch_lease``'s layout), where leased jobs stay in the claim index
 and each claim must step over them.
 
-``PYTHONPATH=. var/bench-venv/bin/python -m bench.sketch_claim [--claims 3000] [--in-flight 16]``
-(about two minutes; prints a table). On a cluster of its own with production defaults, in a
-database migrated to the latest schema, one connection keeps a backlog of ``--backlog`` waiting
-jobs of one queue and ``--in-flight`` jobs leased and not yet completed (as two executors of 8
-threads keep them), and then, ``--claims`` times: claims one job with the layout's claim
-statement (timed, from the client: statement and commit), completes the job leased
-``--in-flight`` claims before, and enqueues one more. Once with no snapshot held, then as many
-claims while a ``REPEATABLE READ`` session holds the snapshot it took before them.
+``PYTHONPATH=. var/bench-venv/bin/python -m bench.sketch_claim [--claims 3000] [--in-flight 16]
+[--batch 1]`` (under a minute; prints a table). On a cluster of its own with production
+defaults, in a database migrated to the latest schema, one connection keeps a backlog of
+``--backlog`` waiting jobs of one queue and ``--in-flight`` jobs leased and not yet completed
+(as two executors of 8 threads keep them), and then, ``--claims`` times: claims up to
+``--batch`` jobs with the layout's claim statement (timed, from the client: statement and
+commit), completes the jobs leased longest while more than ``--in-flight`` are, and enqueues as
+many as it claimed. Once with no snapshot held, then as many claims while a ``REPEATABLE READ``
+session holds the snapshot it took before them.
 
 "As today": Tenure's claim in the shape of its one-queue claim (``tenure_job_claim`` walked in
 order, candidates locked ``SKIP LOCKED``, the job row updated to leased, the attempt inserted).
@@ -43,7 +44,7 @@ CLAIM_TODAY = """
         SELECT id FROM tenure_job
         WHERE state = 'waiting' AND queue = 'default' AND run_at <= clock_timestamp()
         ORDER BY priority DESC, run_at, id
-        LIMIT 1
+        LIMIT %(limit)s
         FOR UPDATE SKIP LOCKED
     ), claimed AS (
         UPDATE tenure_job AS j SET state = 'leased', fence = j.fence + 1,
@@ -72,7 +73,7 @@ CLAIM_IN_ATTEMPT = """
                 SELECT 1 FROM sketch3_attempt AS a WHERE a.job_id = j.id AND a.finished_at IS NULL
             )
         ORDER BY j.priority DESC, j.run_at, j.id
-        LIMIT 1
+        LIMIT %(limit)s
         FOR UPDATE OF j SKIP LOCKED
     )
     INSERT INTO sketch3_attempt (job_id, number, fence, kind, executor, claimed_at,
@@ -140,35 +141,40 @@ def _enqueue(conn: psycopg.Connection[Any], layout: str, n: int) -> None:
 
 
 def run(
-    conn: psycopg.Connection[Any], layout: str, *, claims: int, in_flight: int
+    conn: psycopg.Connection[Any], layout: str, *, claims: int, in_flight: int, batch: int = 1
 ) -> dict[str, float]:
-    """``claims`` timed claims of ``layout`` with ``in_flight`` jobs leased throughout (one
-    completed and one enqueued per claim); the claim times in milliseconds."""
+    """``claims`` timed claim statements of ``layout``, each of up to ``batch`` jobs, with
+    ``in_flight`` jobs leased throughout (as many completed and enqueued as each claimed);
+    the statements' times in milliseconds, and their mean per job claimed."""
     claim_sql, (complete_job, complete_attempt), _ = LAYOUTS[layout]
     leased: deque[tuple[int, int]] = deque()
     times: list[float] = []
     empty = 0
+    jobs = 0
     for _ in range(claims):
         t0 = time.perf_counter()
-        got = conn.execute(claim_sql, {"executor": EXECUTOR}).fetchall()
+        got = conn.execute(claim_sql, {"executor": EXECUTOR, "limit": batch}).fetchall()
         times.append((time.perf_counter() - t0) * 1000)
         if not got:
             empty += 1
+        jobs += len(got)
         leased.extend((int(r[0]), int(r[1])) for r in got)
         while len(leased) > in_flight:
             job_id, attempt_id = leased.popleft()
             with conn.transaction():
                 conn.execute(complete_job, [job_id])
                 conn.execute(complete_attempt, [attempt_id])
-        _enqueue(conn, layout, 1)
+        _enqueue(conn, layout, max(1, len(got)))
     # Leave no job leased for the next phase.
     while leased:
         job_id, attempt_id = leased.popleft()
         with conn.transaction():
             conn.execute(complete_job, [job_id])
             conn.execute(complete_attempt, [attempt_id])
+    total = sum(times)
     times.sort()
     return {
+        "per_job_ms": total / jobs if jobs else float("nan"),
         "mean_ms": statistics.fmean(times),
         "p50_ms": times[len(times) // 2],
         "p99_ms": times[min(len(times) - 1, int(len(times) * 0.99))],
@@ -177,22 +183,30 @@ def run(
 
 
 def measure(
-    db: str, layout: str, *, backlog: int, claims: int, in_flight: int, reset: Callable[[], None]
+    db: str,
+    layout: str,
+    *,
+    backlog: int,
+    claims: int,
+    in_flight: int,
+    batch: int,
+    reset: Callable[[], None],
 ) -> dict[str, dict[str, float]]:
     """The layout's claim times with no snapshot held, then while one is held."""
     reset()
     out: dict[str, dict[str, float]] = {}
+    shape = {"in_flight": in_flight, "batch": batch}
     with connect(db) as conn:
         conn.autocommit = True
         _enqueue(conn, layout, backlog)
         conn.execute("VACUUM ANALYZE")
-        run(conn, layout, claims=200, in_flight=in_flight)  # warm: not counted
-        out["no snapshot held"] = run(conn, layout, claims=claims, in_flight=in_flight)
+        run(conn, layout, claims=200, **shape)  # warm: not counted
+        out["no snapshot held"] = run(conn, layout, claims=claims, **shape)
         holder = connect(db)
         try:
             holder.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
             holder.execute("SELECT count(*) FROM tenure_job_spec").fetchone()
-            out["snapshot held"] = run(conn, layout, claims=claims, in_flight=in_flight)
+            out["snapshot held"] = run(conn, layout, claims=claims, **shape)
         finally:
             holder.close()
     return out
@@ -204,6 +218,7 @@ def main() -> None:
     parser.add_argument("--claims", type=int, default=3000)
     parser.add_argument("--backlog", type=int, default=2000)
     parser.add_argument("--in-flight", type=int, default=16)
+    parser.add_argument("--batch", type=int, default=1, help="jobs a claim statement may take")
     args = parser.parse_args()
     results: dict[str, dict[str, dict[str, float]]] = {}
     with server("own"):
@@ -225,19 +240,20 @@ def main() -> None:
                 backlog=args.backlog,
                 claims=args.claims,
                 in_flight=args.in_flight,
+                batch=args.batch,
                 reset=reset,
             )
     print(
-        f"{args.claims} claims a phase, {args.in_flight} jobs leased throughout, "
-        f"a backlog of {args.backlog}; one connection"
+        f"{args.claims} claim statements a phase of up to {args.batch} jobs each, "
+        f"{args.in_flight} jobs leased throughout, a backlog of {args.backlog}; one connection"
     )
-    print("| layout | phase | claim mean ms | p50 | p99 | claims that found nothing |")
-    print("|---|---|---|---|---|---|")
+    print("| layout | phase | ms per job claimed | statement mean ms | p50 | p99 | found nothing |")
+    print("|---|---|---|---|---|---|---|")
     for layout, phases in results.items():
         for phase, r in phases.items():
             print(
-                f"| {layout} | {phase} | {r['mean_ms']:.3f} | {r['p50_ms']:.3f} | "
-                f"{r['p99_ms']:.3f} | {r['empty']:.0f} |"
+                f"| {layout} | {phase} | {r['per_job_ms']:.3f} | {r['mean_ms']:.3f} | "
+                f"{r['p50_ms']:.3f} | {r['p99_ms']:.3f} | {r['empty']:.0f} |"
             )
 
 

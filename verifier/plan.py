@@ -30,7 +30,8 @@ let through (a resumed stale attempt, acknowledged commits lost in a crash)."""
 
 NEGATIVE_CONTROLS: tuple[str, ...] = ("fence", "sticky")
 """What a negative-control run switches off: ``fence`` — the executors' fence check
-(:class:`verifier.drivers.FenceOff`) and durable commits; ``sticky`` — the ledger's sticky
+(:class:`verifier.drivers.FenceOff`), the database's index of one open attempt per job, and
+durable commits; ``sticky`` — the ledger's sticky
 unknown outcome, in the executors and Celery workers only (:class:`verifier.drivers.Forgetful`)."""
 DOWN_URL_ENV = "CHAOS_PAY_DOWN_URL"
 """An address where nothing listens (the verifier holds the port, bound but not listening):
@@ -51,8 +52,8 @@ class Plan:
     seed: int = 1
     negative_control: str = ""
     """Empty for a normal run, or which guard a negative control switches off
-    (:data:`NEGATIVE_CONTROLS`): ``fence`` switches the fence check off in the executors and
-    runs PostgreSQL with ``synchronous_commit=off``; ``sticky`` makes the executors' ledger
+    (:data:`NEGATIVE_CONTROLS`): ``fence`` switches the fence check off in the executors,
+    drops the one-open-attempt index and runs PostgreSQL with ``synchronous_commit=off``; ``sticky`` makes the executors' ledger
     forget an unknown outcome when a later attempt sends nothing. The checker must then report
     failures."""
     executors: int = 3

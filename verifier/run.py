@@ -33,6 +33,10 @@ from .nemesis import Nemesis
 from .plan import Plan
 from .proxy import ProxyServer
 
+ONE_OPEN_ATTEMPT_INDEX = "tenure_attempt_open"
+"""The unique index of the attempts not yet finished (migration 0015), which the ``fence``
+negative control drops with the fence."""
+
 
 class Writer(Protocol):
     """Where the run reports progress and the final report (a stream or Django's stdout)."""
@@ -151,6 +155,12 @@ def run(plan: Plan, *, out: Writer, report_path: Path | None = None) -> int:
         )
         if migrate.returncode != 0:
             raise RuntimeError(f"migrate failed:\n{migrate.stdout.decode()[-2000:]}")
+        if plan.negative_control == "fence":
+            # The database's own guard of one active attempt goes with the fence: a stale
+            # attempt's accepted write could leave its job waiting beside a newer open attempt,
+            # and every later claim of that job would then fail on the index, where the
+            # checker is to see what the missing fence let through.
+            cluster.query(f"DROP INDEX {ONE_OPEN_ATTEMPT_INDEX}")
         fleet.start_destinations()
         for s in range(plan.schedulers):
             fleet.start_scheduler(s)
