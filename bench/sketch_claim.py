@@ -12,11 +12,13 @@ without its commit), completes the jobs leased longest while more than ``--in-fl
 many as it claimed. Once with no snapshot held, then as many claims while a ``REPEATABLE READ``
 session holds the snapshot it took before them.
 
-"As today": Tenure's claim in the shape of its one-queue claim (``tenure_job_claim`` walked in
-order, candidates locked ``SKIP LOCKED``, the job row updated to leased, the attempt inserted).
+"As today": Tenure's own one-queue claim statement, without the gate of paused queues
+(``tenure_job_claim`` walked in order, candidates locked ``SKIP LOCKED``, the job row updated to
+leased with the spec's lease, the attempt inserted).
 "Lease in the attempt": the same walk of an index of waiting jobs that now also holds the leased
 ones, each candidate checked against the open-attempt index (``NOT EXISTS``), the candidate
-locked (``FOR UPDATE SKIP LOCKED``: a lock, no version) and its attempt inserted with ``ON
+locked (``FOR UPDATE SKIP LOCKED``: a lock, no version) and its attempt inserted, its lease
+read from the job's spec row, with ``ON
 CONFLICT DO NOTHING`` on that unique index (so a claimer whose snapshot predates another's
 claim cannot open a second attempt). Both run from one connection, one statement after
 another: the figures compare the statements' own work, not contention between claimers.
@@ -39,33 +41,35 @@ from .sketch_lease import SKETCH_DDL, SPEC_KEY_OFFSET
 from .sketch_split import EXECUTOR
 from .systems import Tenure
 
-CLAIM_TODAY = """
-    WITH cand AS (
-        SELECT id FROM tenure_job
-        WHERE state = 'waiting' AND queue = 'default' AND run_at <= clock_timestamp()
-        ORDER BY priority DESC, run_at, id
-        LIMIT %(limit)s
-        FOR UPDATE SKIP LOCKED
-    ), claimed AS (
-        UPDATE tenure_job AS j SET state = 'leased', fence = j.fence + 1,
-            attempts = j.attempts + 1, lease_owner = %(executor)s,
-            lease_expires_at = clock_timestamp() + interval '30 s',
-            deadline_at = clock_timestamp() + interval '1 hour',
-            heartbeat_at = clock_timestamp(), updated_at = clock_timestamp(),
-            version = j.version + 1
-        FROM cand WHERE j.id = cand.id AND (j.state = 'waiting') IS TRUE
-        RETURNING j.id, j.attempts, j.fence, j.next_kind, j.lease_owner, j.lease_expires_at,
-            j.heartbeat_at, j.deadline_at
-    )
-    INSERT INTO tenure_attempt (job_id, number, fence, kind, executor, claimed_at,
-        lease_expires_at, heartbeat_at, deadline_at, outcome, error_class, error_type, message,
-        traceback)
-    SELECT id, attempts, fence, next_kind, lease_owner, heartbeat_at, lease_expires_at,
-        heartbeat_at, deadline_at, '', '', '', '', '' FROM claimed
-    RETURNING job_id, id
-"""
 
-CLAIM_IN_ATTEMPT = """
+def _tenure_claim() -> Any:
+    """Tenure's own claim module (:mod:`scheduler_core.storage.postgres`), Django set up first."""
+    import os
+
+    import django
+
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+    django.setup()
+    from scheduler_core.storage import postgres
+
+    return postgres
+
+
+def _today_sql() -> str:
+    """Tenure's own one-queue claim statement (``claim_ctes``), without the gate of paused and
+    limited queues (the sketch has none)."""
+    pg = _tenure_claim()
+    return f"WITH {pg.claim_ctes(pg.CLAIM_ONE_QUEUE, gate=False)} SELECT id, attempt_id FROM got"
+
+
+def _today_params(batch: int) -> Any:
+    pg = _tenure_claim()
+    return pg.claim_params(
+        pg.CLAIM_ONE_QUEUE, executor=EXECUTOR, queues=["default"], limit=batch, gate=False
+    )
+
+
+CLAIM_IN_ATTEMPT = f"""
     WITH cand AS (
         SELECT j.id, j.attempts, j.next_kind FROM sketch3_job AS j
         WHERE j.state = 'waiting' AND j.queue = 'default' AND j.run_at <= clock_timestamp()
@@ -79,12 +83,21 @@ CLAIM_IN_ATTEMPT = """
     INSERT INTO sketch3_attempt (job_id, number, fence, kind, executor, claimed_at,
         lease_expires_at, heartbeat_at, deadline_at, outcome, error_class, error_type, message,
         traceback)
-    SELECT id, attempts + 1, attempts + 1, next_kind, %(executor)s, clock_timestamp(),
-        clock_timestamp() + interval '30 s', clock_timestamp(),
-        clock_timestamp() + interval '1 hour', '', '', '', '', '' FROM cand
+    SELECT cand.id, cand.attempts + 1, cand.attempts + 1, cand.next_kind, %(executor)s,
+        clock_timestamp(), clock_timestamp() + make_interval(secs => s.lease_seconds),
+        clock_timestamp(), clock_timestamp() + make_interval(secs => s.timeout_seconds), '', '',
+        '', '', ''
+    FROM cand JOIN tenure_job_spec AS s ON s.job_id = cand.id + {SPEC_KEY_OFFSET}
     ON CONFLICT (job_id) WHERE finished_at IS NULL DO NOTHING
     RETURNING job_id, id
 """
+"""The sketch's claim: the same walk, stepping over jobs with an open attempt; a lock, no
+job-row version; the attempt's lease from the job's spec row, as Tenure's claim reads it."""
+
+
+def _sketch_params(batch: int) -> Any:
+    return {"executor": EXECUTOR, "limit": batch}
+
 
 COMPLETE_TODAY = (
     """UPDATE tenure_job SET state = 'succeeded', updated_at = clock_timestamp(),
@@ -122,9 +135,14 @@ ENQUEUE = {
     """,
 }
 
-LAYOUTS = {
-    "as today": (CLAIM_TODAY, COMPLETE_TODAY, 0),
-    "lease in the attempt": (CLAIM_IN_ATTEMPT, COMPLETE_IN_ATTEMPT, SPEC_KEY_OFFSET),
+LAYOUTS: dict[str, tuple[Callable[[], str], tuple[str, str], int, Callable[[int], Any]]] = {
+    "as today": (_today_sql, COMPLETE_TODAY, 0, _today_params),
+    "lease in the attempt": (
+        lambda: CLAIM_IN_ATTEMPT,
+        COMPLETE_IN_ATTEMPT,
+        SPEC_KEY_OFFSET,
+        _sketch_params,
+    ),
 }
 
 
@@ -146,7 +164,8 @@ def run(
     """``claims`` timed claim statements of ``layout``, each of up to ``batch`` jobs, with
     ``in_flight`` jobs leased throughout (as many completed and enqueued as each claimed);
     the statements' times in milliseconds, and their mean per job claimed."""
-    claim_sql, (complete_job, complete_attempt), _ = LAYOUTS[layout]
+    sql, (complete_job, complete_attempt), _, params = LAYOUTS[layout]
+    claim_sql = sql()
     leased: deque[tuple[int, int]] = deque()
     times: list[float] = []
     empty = 0
@@ -156,7 +175,7 @@ def run(
         # timed, so the disk's flush time does not drown the statements' difference.
         with conn.transaction():
             t0 = time.perf_counter()
-            got = conn.execute(claim_sql, {"executor": EXECUTOR, "limit": batch}).fetchall()
+            got = conn.execute(claim_sql, params(batch), prepare=True).fetchall()
             times.append((time.perf_counter() - t0) * 1000)
         if not got:
             empty += 1

@@ -296,7 +296,9 @@ class DriverCore:
             if len(rows) != 1:
                 raise self.refusal(lease, "heartbeat")
             # The attempt's row holds the same lease as the job's, to the microsecond.
-            Attempt.objects.using(self.alias).filter(pk=lease.attempt_id).update(
+            Attempt.objects.using(self.alias).filter(
+                pk=lease.attempt_id, finished_at__isnull=True
+            ).update(
                 heartbeat_at=to_datetime(rows[0]["heartbeat_at"]),
                 lease_expires_at=to_datetime(rows[0]["lease_expires_at"]),
             )

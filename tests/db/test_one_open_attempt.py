@@ -9,8 +9,9 @@ import pytest
 from django.db import IntegrityError, connection, transaction
 
 from scheduler_core import job
+from scheduler_core.domain import states
+from scheduler_core.domain.outcomes import Decision
 from scheduler_core.models import Attempt, Job
-from scheduler_core.runtime.attempt import run_lease
 from scheduler_core.storage.drivers import driver
 from scheduler_core.storage.records import Lease
 
@@ -62,9 +63,8 @@ def test_the_database_refuses_a_second_open_attempt_of_a_job() -> None:
 
 def test_a_job_gets_a_new_open_attempt_once_the_last_one_ended() -> None:
     j = record.enqueue(n=1)
-    run_lease(_claim())
-    # An operator's retry makes the succeeded job wait again; its next claim opens attempt 2.
-    Job.objects.filter(pk=j.pk).update(state="waiting")
+    # The first attempt fails transiently: the job waits again and its attempt is closed.
+    driver().finish(_claim(), Decision(transition=states.RETRY), outcome="transient")
     second = _claim(executor="t:2:b")
     rows = list(Attempt.objects.filter(job_id=j.pk).order_by("fence"))
     assert [(a.fence, a.finished_at is None) for a in rows] == [(1, False), (2, True)]
