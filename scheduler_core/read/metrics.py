@@ -57,6 +57,10 @@ CLAIM_LATENCY = Histogram(
     buckets=LATENCY_BUCKETS,
 )
 REAPED = Counter("tenure_leases_reaped_total", "Expired leases moved on", ["transition"])
+STRAY_CLOSED = Counter(
+    "tenure_stray_attempts_closed_total",
+    "Open attempts that were not their job's current one, closed as superseded",
+)
 
 
 def claimed(leases: Sequence[Lease]) -> None:
@@ -88,6 +92,11 @@ def claim_latency(seconds: float) -> None:
 def reaped(transition: str, n: int) -> None:
     """Count ``n`` reaped leases by the transition they took."""
     REAPED.labels(transition=transition).inc(n)
+
+
+def stray_attempts_closed(n: int) -> None:
+    """Count ``n`` stray open attempts closed by this process's reaper."""
+    STRAY_CLOSED.inc(n)
 
 
 def _gauge_histogram(

@@ -121,12 +121,34 @@ def _reap(
     return counts, len(jobs)
 
 
+def close_stray_attempts(*, limit: int = 100) -> int:
+    """Close the open attempts that are not their job's current one (rows written by hand or
+    a defect: the claim passes over their jobs until then), each with a warning; how many.
+    A sweep from the start of the leases index runs this too, so it comes first in each
+    process and then every ``FULL_WALK_SECONDS``: it reads every open attempt's index entry,
+    and under a held snapshot those include one for every attempt ended since."""
+    closed = driver().close_stray_attempts(limit=limit)
+    for row in closed:
+        log.warning(
+            "reaper: closed attempt %(id)s (number %(number)s, fence %(fence)s) of job "
+            "%(job_id)s as superseded: it was open but its job is not leased under its fence, "
+            "so no write of it could be accepted, and the job could not be claimed beside it",
+            row,
+        )
+    if closed:
+        metrics.stray_attempts_closed(len(closed))
+    return len(closed)
+
+
 def reap_once(*, limit: int = 500, rng: random.Random | None = None) -> Counter[str]:
     """Move every expired lease on (in batches of ``limit``), reading the leases index from
-    where this process's last sweep left off (:class:`LeaseWalk`); counts by transition."""
+    where this process's last sweep left off (:class:`LeaseWalk`); counts by transition. A
+    sweep from the start first closes stray open attempts (:func:`close_stray_attempts`)."""
     total: Counter[str] = Counter()
     started = time.monotonic()
     since = WALK.since(now=started)
+    if since is None:
+        close_stray_attempts()
     # Taken before the sweep's first read, whose own bound (its statement's time less the
     # grace) is no earlier: every expiry below this one is read by the time the loop ends.
     bound = driver().now() - dt.timedelta(seconds=tenure_settings().REAP_GRACE_SECONDS)

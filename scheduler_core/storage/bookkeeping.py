@@ -61,6 +61,34 @@ class Bookkeeping(DriverCore):
             qs = qs.select_for_update(skip_locked=True)
         return qs
 
+    def close_stray_attempts(self, *, limit: int = 100) -> list[dict[str, Any]]:
+        """Close as ``superseded`` up to ``limit`` open attempts that are not their job's
+        current one (the job is not leased under the attempt's fence); returns each one closed
+        (``id``, ``job_id``, ``fence``, ``number``).
+
+        Tenure's own writes never leave one: a claim opens the attempt in the statement that
+        leases the job, and whatever ends the lease closes it in the same transaction. Rows
+        written by hand or a defect can, and the claim passes over a job beside one (the
+        unique index of open attempts would refuse its new attempt). Closing it changes no job
+        and is safe whoever still runs it: every write of such an attempt is fenced on the job
+        and already refused, and fences only grow, so it can never become current again. The
+        condition is restated in the write itself, so a row that changed meanwhile is kept."""
+        current = Job.objects.using(self.alias).filter(
+            pk=OuterRef("job_id"), state=states.State.LEASED, fence=OuterRef("fence")
+        )
+        stray = (
+            Attempt.objects.using(self.alias)
+            .filter(finished_at__isnull=True)
+            .exclude(Exists(current))
+        )
+        found = stray.order_by("id").values("id", "job_id", "fence", "number")[:limit]
+        # One write a row (there are none, or a few): each reports exactly what it closed.
+        return [
+            dict(r)
+            for r in list(found)
+            if stray.filter(pk=r["id"]).update(finished_at=DbNow(), outcome="superseded")
+        ]
+
     def release_unstarted(self, lease: Lease, *, why: str) -> None:
         """Give back a claimed attempt whose handler never started (a Celery chain's queued job):
         the job waits again at once, the attempt is not spent, and its kind is kept. Nothing of

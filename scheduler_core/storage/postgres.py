@@ -51,6 +51,7 @@ from .records import (
     Lease,
     leases_from_rows,
     named_rows,
+    no_open_attempt,
 )
 
 log = logging.getLogger("tenure.storage")
@@ -80,11 +81,14 @@ def claim_ctes(shape: str, *, gate: bool = True) -> str:
 
     ``gate`` keeps out the jobs of queues that are paused or limited (:func:`open_queue`, a
     probe of ``tenure_queue``'s primary key per candidate, never a lock); only
-    :meth:`PostgresDriver.claim_limited_queue` leaves it out, holding the queue's row."""
+    :meth:`PostgresDriver.claim_limited_queue` leaves it out, holding the queue's row. Every
+    shape passes over a job beside an open attempt (:func:`no_open_attempt`)."""
     now = PG_NOW
 
-    def gated(queue: str) -> str:
-        return f"AND {open_queue(queue)}" if gate else ""
+    def guards(queue: str) -> str:
+        return f"AND {no_open_attempt('tenure_job')} " + (
+            f"AND {open_queue(queue)}" if gate else ""
+        )
 
     if shape in (CLAIM_BY_ID, CLAIM_ONE_QUEUE):
         # One queue: an ordered walk of the claim index (``tenure_job_claim``), stopping at
@@ -92,7 +96,7 @@ def claim_ctes(shape: str, *, gate: bool = True) -> str:
         cand = f"""
         SELECT id FROM tenure_job
         WHERE state = 'waiting' AND {"id" if shape == CLAIM_BY_ID else "queue"} = %s
-            AND run_at <= {now} {gated("tenure_job.queue" if shape == CLAIM_BY_ID else "%s")}
+            AND run_at <= {now} {guards("tenure_job.queue" if shape == CLAIM_BY_ID else "%s")}
         ORDER BY priority DESC, run_at, id
         LIMIT %s
         FOR UPDATE SKIP LOCKED"""
@@ -105,7 +109,7 @@ def claim_ctes(shape: str, *, gate: bool = True) -> str:
         SELECT c.id FROM unnest(%s::varchar[]) AS q(name)
         CROSS JOIN LATERAL (
             SELECT id, priority, run_at FROM tenure_job
-            WHERE state = 'waiting' AND queue = q.name AND run_at <= {now} {gated("q.name")}
+            WHERE state = 'waiting' AND queue = q.name AND run_at <= {now} {guards("q.name")}
             ORDER BY priority DESC, run_at, id
             LIMIT %s
             FOR UPDATE SKIP LOCKED
@@ -122,7 +126,7 @@ def claim_ctes(shape: str, *, gate: bool = True) -> str:
         CROSS JOIN LATERAL (
             SELECT id, priority, run_at FROM tenure_job
             WHERE state = 'waiting' AND queue = f.queue AND priority = f.priority
-                AND run_at >= f.floor AND run_at <= {now} {gated("f.queue")}
+                AND run_at >= f.floor AND run_at <= {now} {guards("f.queue")}
             ORDER BY run_at, id
             LIMIT %s
             FOR UPDATE SKIP LOCKED

@@ -136,6 +136,21 @@ nothing), ``{now}``, ``{expiry}`` and ``{deadline}`` the vendor's expressions (f
 ``lease_seconds`` and ``timeout_seconds``); its one placeholder is the new owner."""
 
 
+def no_open_attempt(job: str) -> str:
+    """The claim's guard against a job beside an open attempt, every driver's (``job``: the
+    job table's name or alias in the candidate read). Tenure's own writes never leave one (an
+    attempt is closed in the transaction that ends its lease); rows written by hand or a defect
+    can, and the unique index of open attempts (migration 0015) would refuse the claim's new
+    attempt, failing every claim that reached the job and stopping its queue. The claim passes
+    over such a job instead, and the reaper's sweep closes the stray attempt
+    (:meth:`~scheduler_core.storage.bookkeeping.Bookkeeping.close_stray_attempts`). One probe
+    of that index per candidate read."""
+    return (
+        "NOT EXISTS (SELECT 1 FROM tenure_attempt AS oa "
+        f"WHERE oa.job_id = {job}.id AND oa.finished_at IS NULL)"
+    )
+
+
 ATTEMPT_INSERT = """
     INSERT INTO tenure_attempt (job_id, number, fence, kind, executor, claimed_at,
         lease_expires_at, heartbeat_at, deadline_at, outcome, error_class, error_type, message,

@@ -42,6 +42,7 @@ from .records import (
     Lease,
     leases_from_rows,
     named_rows,
+    no_open_attempt,
 )
 
 SQLITE_NOW = "strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now')"
@@ -76,8 +77,11 @@ def claim_sql(*, by_id: bool, nqueues: int, gate: bool = True) -> str:
     """The claim: one conditional ``UPDATE ... RETURNING`` of the due waiting jobs in the
     claim's order (placeholders: the new owner, the job id or the queues, the limit).
     ``gate`` keeps out the jobs of paused and limited queues (:func:`open_queue`); only
-    :meth:`SqliteDriver.claim_limited_queue` leaves it out."""
-    gated = f"AND {open_queue('tenure_job.queue')}" if gate else ""
+    :meth:`SqliteDriver.claim_limited_queue` leaves it out. It always passes over a job beside
+    an open attempt (:func:`no_open_attempt`)."""
+    gated = f"AND {no_open_attempt('tenure_job')} " + (
+        f"AND {open_queue('tenure_job.queue')}" if gate else ""
+    )
     # SQLite's UPDATE ... FROM may not name the joined table in RETURNING; a subquery by key
     # per column may, in the SET list and in RETURNING alike.
     spec = "(SELECT {c} FROM tenure_job_spec AS s WHERE s.job_id = tenure_job.id)"

@@ -7,11 +7,13 @@ from typing import Any
 
 import pytest
 from django.db import IntegrityError, connection, transaction
+from prometheus_client import REGISTRY
 
 from scheduler_core import job
 from scheduler_core.domain import states
 from scheduler_core.domain.outcomes import Decision
 from scheduler_core.models import Attempt, Job
+from scheduler_core.services import reaper
 from scheduler_core.storage.drivers import driver
 from scheduler_core.storage.records import Lease
 
@@ -80,6 +82,53 @@ def _open_by_hand(job_id: int, fence: int, when: Any) -> int:
             [job_id, fence, fence, when],
         )
         return int(cur.fetchone()[0])
+
+
+def test_a_claim_passes_over_a_job_beside_a_stray_open_attempt_until_the_reaper_closes_it(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A job waiting beside an open attempt (rows written by hand: Tenure's writes never leave
+    one) is passed over: the jobs behind it are claimed, one a claim, and no claim fails on the
+    unique index. The reaper's sweep closes the stray attempt with a warning and nothing else
+    changes; the job is claimed next, under a higher fence."""
+    head = record.enqueue(n=1)
+    behind = [record.enqueue(n=i) for i in (2, 3)]
+    stray = _open_by_hand(head.pk, 0, driver().now())
+    got = [_claim(executor=f"t:{i}:a") for i in (1, 2)]  # one a claim: the head is passed over
+    assert [x.job_id for x in got] == [j.pk for j in behind]
+    assert driver().claim(executor="t:3:a", queues=["one-open"], limit=4) == []
+    assert Job.objects.get(pk=head.pk).state == "waiting"
+
+    # A current open attempt is left alone; only the stray one is closed.
+    reaper.WALK.forget()
+    counted = REGISTRY.get_sample_value("tenure_stray_attempts_closed_total") or 0.0
+    with caplog.at_level("WARNING", logger="tenure.reaper"):
+        assert reaper.close_stray_attempts() == 1
+    assert REGISTRY.get_sample_value("tenure_stray_attempts_closed_total") == counted + 1
+    assert f"closed attempt {stray} " in caplog.text and f"of job {head.pk} " in caplog.text
+    rows = {a.pk: (a.outcome, a.finished_at is None) for a in Attempt.objects.all()}
+    assert rows == {
+        stray: ("superseded", False),
+        got[0].attempt_id: ("", True),
+        got[1].attempt_id: ("", True),
+    }
+    j = Job.objects.get(pk=head.pk)
+    assert (j.state, j.fence, j.attempts) == ("waiting", 0, 0)  # the job is not touched
+    assert reaper.close_stray_attempts() == 0
+
+    later = _claim(executor="t:4:a")
+    assert (later.job_id, later.fence) == (head.pk, 1)
+
+
+def test_the_reapers_sweep_from_the_start_closes_stray_attempts() -> None:
+    """``run_scheduler``'s round reaches the repair: the first sweep of a process reads from
+    the start of the leases index, and that one closes stray open attempts."""
+    j = record.enqueue(n=1)
+    stray = _open_by_hand(j.pk, 0, driver().now())
+    reaper.WALK.forget()
+    reaper.reap_once()
+    assert Attempt.objects.get(pk=stray).outcome == "superseded"
+    assert _claim().job_id == j.pk
 
 
 def test_0015_closes_open_attempts_that_are_not_their_jobs_current_and_fills_deadlines(
