@@ -48,6 +48,11 @@ class UnknownJob(EnqueueError):
     """No job is registered under that name."""
 
 
+class WriteRefused(TenureError, TypeError):
+    """A job row written through Django's model (``Job.save()``, ``Job.objects.create()``,
+    ``bulk_create()``, ``job.delete()``) instead of through Tenure. Nothing was written."""
+
+
 class StaleAttempt(TenureError):
     """A fenced write found the job no longer leased under this attempt's fence.
 

@@ -17,6 +17,7 @@ from django.db.models import Q
 from .db import alias
 from .domain.modes import MODE_CHOICES
 from .domain.states import MOVING, RESTING, STATE_CHOICES, State
+from .exceptions import WriteRefused
 
 _M = TypeVar("_M", bound=models.Model)
 
@@ -72,6 +73,24 @@ class JobQuerySet(models.QuerySet["Job"]):
 
     def unfinished(self) -> JobQuerySet:
         return self.in_states([State.WAITING, State.LEASED, State.INDETERMINATE])
+
+    def create(self, **kwargs: Any) -> Job:
+        """Refused: see :meth:`Job.save`."""
+        raise WriteRefused(REFUSED_WRITE.format(how="Job.objects.create()"))
+
+    def bulk_create(self, *args: Any, **kwargs: Any) -> list[Job]:
+        """Refused: see :meth:`Job.save`."""
+        raise WriteRefused(REFUSED_WRITE.format(how="Job.objects.bulk_create()"))
+
+
+REFUSED_WRITE = (
+    "{how} is refused: a job is written only through Tenure, which keeps its spec row beside "
+    "it and conditions every change on the job's state and fence. Enqueue with "
+    "JobType.enqueue() or JobType.enqueue_many(); move a job on with the operator's actions "
+    "(the dashboard, manage.py jobs). Nothing was written."
+)
+"""Why a write through Django's model is refused. Such a row had no spec row (the claim passes
+over it; it stays due, reported as stuck) and such a change bypassed every fence."""
 
 
 class Job(models.Model):
@@ -210,6 +229,15 @@ class Job(models.Model):
 
     def __str__(self) -> str:
         return f"job {self.pk} {self.name} [{self.state}] fence {self.fence}"
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        """Refused (:class:`~scheduler_core.exceptions.WriteRefused`): Tenure's own writes are
+        statements of its storage layer, never this; ``Job.objects.create()`` comes here."""
+        raise WriteRefused(REFUSED_WRITE.format(how="Job.save()"))
+
+    def delete(self, *args: Any, **kwargs: Any) -> tuple[int, dict[str, int]]:
+        """Refused, like :meth:`save`: retention deletes finished jobs with their rows."""
+        raise WriteRefused(REFUSED_WRITE.format(how="Job.delete()"))
 
     # What the job was accepted as, read from its spec row (one query, unless the spec was
     # read with the job: ``select_related("spec")``).

@@ -49,9 +49,9 @@ from .records import (
     PRUNABLE,
     SPEC_COLUMNS,
     Lease,
+    claimable,
     leases_from_rows,
     named_rows,
-    no_open_attempt,
 )
 
 log = logging.getLogger("tenure.storage")
@@ -82,13 +82,11 @@ def claim_ctes(shape: str, *, gate: bool = True) -> str:
     ``gate`` keeps out the jobs of queues that are paused or limited (:func:`open_queue`, a
     probe of ``tenure_queue``'s primary key per candidate, never a lock); only
     :meth:`PostgresDriver.claim_limited_queue` leaves it out, holding the queue's row. Every
-    shape passes over a job beside an open attempt (:func:`no_open_attempt`)."""
+    shape passes over a job without its spec or beside an open attempt (:func:`claimable`)."""
     now = PG_NOW
 
     def guards(queue: str) -> str:
-        return f"AND {no_open_attempt('tenure_job')} " + (
-            f"AND {open_queue(queue)}" if gate else ""
-        )
+        return f"AND {claimable('tenure_job')} " + (f"AND {open_queue(queue)}" if gate else "")
 
     if shape in (CLAIM_BY_ID, CLAIM_ONE_QUEUE):
         # One queue: an ordered walk of the claim index (``tenure_job_claim``), stopping at

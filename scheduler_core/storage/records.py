@@ -136,17 +136,22 @@ nothing), ``{now}``, ``{expiry}`` and ``{deadline}`` the vendor's expressions (f
 ``lease_seconds`` and ``timeout_seconds``); its one placeholder is the new owner."""
 
 
-def no_open_attempt(job: str) -> str:
-    """The claim's guard against a job beside an open attempt, every driver's (``job``: the
-    job table's name or alias in the candidate read). Tenure's own writes never leave one (an
-    attempt is closed in the transaction that ends its lease); rows written by hand or a defect
-    can, and the unique index of open attempts (migration 0015) would refuse the claim's new
-    attempt, failing every claim that reached the job and stopping its queue. The claim passes
-    over such a job instead, and the reaper's sweep closes the stray attempt
-    (:meth:`~scheduler_core.storage.bookkeeping.Bookkeeping.close_stray_attempts`). One probe
-    of that index per candidate read."""
+def claimable(job: str) -> str:
+    """The claim's guards on each candidate, every driver's (``job``: the job table's name or
+    alias in the candidate read): the job has its spec row and no open attempt. Tenure's own
+    writes never break either (the enqueue writes the spec in the job's statement; an attempt
+    is closed in the transaction that ends its lease). Rows written by hand or a defect can,
+    and such a job took the claim down with it: without a spec the claim leased nothing on
+    PostgreSQL (a claim of one job came back empty with work due) and failed on SQLite; beside
+    an open attempt the unique index of open attempts (migration 0015) refused the claim's new
+    attempt. Either failed every claim that reached the job and stopped its queue. The claim
+    passes over such a job instead: the reaper's sweep closes a stray attempt
+    (:meth:`~scheduler_core.storage.bookkeeping.Bookkeeping.close_stray_attempts`), and a job
+    without a spec stays due, which the console's verdict reports as stuck. Two probes by key
+    per candidate read."""
     return (
-        "NOT EXISTS (SELECT 1 FROM tenure_attempt AS oa "
+        f"EXISTS (SELECT 1 FROM tenure_job_spec AS cs WHERE cs.job_id = {job}.id) "
+        "AND NOT EXISTS (SELECT 1 FROM tenure_attempt AS oa "
         f"WHERE oa.job_id = {job}.id AND oa.finished_at IS NULL)"
     )
 

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from django.db import IntegrityError
+from django.db import IntegrityError, models
 from django.db.models import BooleanField, Exists, OuterRef, Q
 from django.db.models.expressions import RawSQL
 
@@ -40,9 +40,9 @@ from .records import (
     PRUNABLE,
     SPEC_COLUMNS,
     Lease,
+    claimable,
     leases_from_rows,
     named_rows,
-    no_open_attempt,
 )
 
 SQLITE_NOW = "strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now')"
@@ -77,9 +77,9 @@ def claim_sql(*, by_id: bool, nqueues: int, gate: bool = True) -> str:
     """The claim: one conditional ``UPDATE ... RETURNING`` of the due waiting jobs in the
     claim's order (placeholders: the new owner, the job id or the queues, the limit).
     ``gate`` keeps out the jobs of paused and limited queues (:func:`open_queue`); only
-    :meth:`SqliteDriver.claim_limited_queue` leaves it out. It always passes over a job beside
-    an open attempt (:func:`no_open_attempt`)."""
-    gated = f"AND {no_open_attempt('tenure_job')} " + (
+    :meth:`SqliteDriver.claim_limited_queue` leaves it out. It always passes over a job without
+    its spec or beside an open attempt (:func:`claimable`)."""
+    gated = f"AND {claimable('tenure_job')} " + (
         f"AND {open_queue('tenure_job.queue')}" if gate else ""
     )
     # SQLite's UPDATE ... FROM may not name the joined table in RETURNING; a subquery by key
@@ -228,7 +228,9 @@ class SqliteDriver(Driver):
         with self.atomic():
             try:
                 with self.atomic():
-                    job = Job.objects.using(self.alias).create(**values)
+                    job = Job(**values)
+                    # The model's own save() refuses every writer but this layer.
+                    models.Model.save(job, force_insert=True, using=self.alias)
             except IntegrityError:
                 if fields["unique_key"] is None:
                     raise

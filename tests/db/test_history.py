@@ -19,6 +19,7 @@ from scheduler_core.services import history, maintenance
 from scheduler_core.storage import postgres
 from scheduler_core.storage.drivers import driver
 from scheduler_core.storage.history import ROLLUP_MARGIN
+from tests.hand_rows import hand_job
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -41,7 +42,7 @@ def _job(
 ) -> Job:
     """A job with its attempts (fences 1, 2, ...), the job left at the last one's fence."""
     now = driver().now()
-    j = Job.objects.create(
+    j = hand_job(
         name=name,
         queue=queue,
         state=state,

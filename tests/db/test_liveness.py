@@ -11,10 +11,11 @@ from typing import Any
 import pytest
 from django.core.management import call_command
 
-from scheduler_core.models import Executor, Job
+from scheduler_core.models import Executor
 from scheduler_core.read import health, liveness, metrics
 from scheduler_core.services.maintenance import Maintenance
 from scheduler_core.storage.drivers import driver
+from tests.hand_rows import hand_job
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -129,9 +130,7 @@ def test_a_stuck_job_in_the_store_degrades_the_verdict(settings: Any) -> None:
     _executor()
     _scheduler_alive()
     now = driver().now()
-    Job.objects.create(
-        name="t.stuck", run_at=now - dt.timedelta(seconds=120), created_at=now, updated_at=now
-    )
+    hand_job(name="t.stuck", run_at=now - dt.timedelta(seconds=120), created_at=now, updated_at=now)
     a = liveness.assess(pressure=None)
     assert a.verdict == "degraded"
     assert {"stuck"} <= _keys(a)
@@ -192,7 +191,7 @@ def _scrape() -> str:
 
 def test_metrics_and_jobs_status_carry_the_verdict_and_its_reasons() -> None:
     now = driver().now()
-    Job.objects.create(name="t.due", run_at=now, created_at=now, updated_at=now)
+    hand_job(name="t.due", run_at=now, created_at=now, updated_at=now)
     text = _scrape()
     assert "tenure_verdict 2.0" in text
     assert 'tenure_verdict_reason{reason="no_executor"} 1.0' in text
