@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError, connection, models, transaction
 
 from scheduler_core import job
 from scheduler_core.models import Job, Schedule
@@ -92,7 +92,7 @@ def test_a_key_is_still_held_by_one_job_only() -> None:
     row = Job.objects.get(pk=first.pk)
     row.pk = None
     with pytest.raises(IntegrityError), transaction.atomic():
-        row.save(force_insert=True)
+        models.Model.save(row, force_insert=True)  # past Job.save()'s refusal, as by hand
     # Jobs without a key are many.
     ok.enqueue(n=3)
     ok.enqueue(n=4)
