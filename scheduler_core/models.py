@@ -2,7 +2,8 @@
 the operator audit trail and live executors.
 
 Rows are read anywhere; ``Job.state``, its fence and lease are written only by
-the storage drivers (``scheduler_core.storage``). Every model's manager reads and writes Tenure's database
+the storage drivers (``scheduler_core.storage``), and the model itself refuses to write a job
+(``Job.save()``, ``create()``, ``bulk_create()``, ``delete()`` raise ``WriteRefused``). Every model's manager reads and writes Tenure's database
 (``TENURE_DATABASE``, :mod:`scheduler_core.db`) unless told ``.using()`` another.
 """
 

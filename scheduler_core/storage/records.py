@@ -144,11 +144,11 @@ def claimable(job: str) -> str:
     and such a job took the claim down with it: without a spec the claim leased nothing on
     PostgreSQL (a claim of one job came back empty with work due) and failed on SQLite; beside
     an open attempt the unique index of open attempts (migration 0015) refused the claim's new
-    attempt. Either failed every claim that reached the job and stopped its queue. The claim
-    passes over such a job instead: the reaper's sweep closes a stray attempt
-    (:meth:`~scheduler_core.storage.bookkeeping.Bookkeeping.close_stray_attempts`), and a job
-    without a spec stays due, which the console's verdict reports as stuck. Two probes by key
-    per candidate read."""
+    attempt. Either way every claim that reached the job came back empty or failed, and the
+    queue stopped. The claim passes over such a job instead: the reaper's sweep closes a stray
+    attempt (:meth:`~scheduler_core.storage.bookkeeping.Bookkeeping.close_stray_attempts`), and
+    a job without a spec stays due, which the console's verdict reports as stuck. Two probes by
+    key per candidate read."""
     return (
         f"EXISTS (SELECT 1 FROM tenure_job_spec AS cs WHERE cs.job_id = {job}.id) "
         "AND NOT EXISTS (SELECT 1 FROM tenure_attempt AS oa "
