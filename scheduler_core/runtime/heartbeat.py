@@ -6,6 +6,7 @@ beats the executor's liveness row."""
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from dataclasses import dataclass
@@ -21,6 +22,19 @@ from ..storage.drivers import driver
 from .context import JobContext
 
 log = logging.getLogger("tenure.executor")
+
+FORK_GUARD = threading.Lock()
+"""Held by the heartbeat thread while it talks to the database, and by ``os.fork()`` (RQ's work
+horses, a prefork pool) while it forks: a child forked while another thread is inside the
+database driver's C code can inherit that code's locks held, and the child's first database
+call then waits forever (SQLite takes a process-wide lock on its allocations). A fork waits
+for the beat under way, a few milliseconds; a beat waits for the fork."""
+
+os.register_at_fork(
+    before=FORK_GUARD.acquire,
+    after_in_parent=FORK_GUARD.release,
+    after_in_child=FORK_GUARD.release,
+)
 
 
 @dataclass
@@ -86,9 +100,11 @@ class Heartbeater:
         fraction = tenure_settings().HEARTBEAT_FRACTION
         try:
             while not self._stop.wait(0.2):
-                self.tick(fraction)
+                with FORK_GUARD:
+                    self.tick(fraction)
         finally:
-            driver().connection.close()
+            with FORK_GUARD:
+                driver().connection.close()
 
     def tick(self, fraction: float) -> None:
         """Renew whatever is due (called by the thread; tests may call it directly)."""

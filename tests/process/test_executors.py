@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import os
 import signal
+import sqlite3
 import subprocess
 import time
 from typing import Any
 
 import pytest
+from django.db import connection
 from django.db.models import Count
 
 from scheduler_core.models import Attempt, Job, StaleWrite
@@ -67,6 +69,40 @@ def test_sigkilled_executor_job_is_claimed_again_within_one_and_a_half_leases(sp
     assert gap <= 1.5 * lease, f"reclaimed {gap:.2f}s after the last heartbeat"
 
 
+def _stopped(pid: int) -> bool:
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[0] in ("T", "t")
+
+
+def _sqlite_writable() -> bool:
+    """Whether a write transaction can begin on the test database within 0.5 s."""
+    try:
+        with sqlite3.connect(connection.settings_dict["NAME"], timeout=0.5) as raw:
+            raw.execute("BEGIN IMMEDIATE")
+            raw.rollback()
+        return True
+    except sqlite3.OperationalError:
+        return False
+
+
+def stop_outside_a_write(proc: subprocess.Popen[bytes]) -> None:
+    """SIGSTOP ``proc``; on SQLite, at a moment it holds no write transaction.
+
+    SQLite has one write lock for the whole database, and an idle executor takes it for each
+    claim (every 50 ms here): a process stopped inside one holds it while stopped, and every
+    other process's write waits — the reaper's too — which no setting of Tenure's can undo
+    (PostgreSQL ends such a transaction after ``idle_in_transaction_session_timeout``). So on
+    SQLite the stop is taken back and tried again until the database can still be written."""
+    for _ in range(100):
+        proc.send_signal(signal.SIGSTOP)
+        wait_until(lambda: _stopped(proc.pid), timeout=5, interval=0.005)
+        if connection.vendor != "sqlite" or _sqlite_writable():
+            return
+        proc.send_signal(signal.SIGCONT)
+        time.sleep(0.013)
+    raise AssertionError("the executor held SQLite's write lock at every stop")
+
+
 def test_sigstopped_owner_resumes_after_replacement_and_every_write_is_refused(
     spawn: Any,
 ) -> None:
@@ -76,7 +112,7 @@ def test_sigstopped_owner_resumes_after_replacement_and_every_write_is_refused(
     spawn("run_scheduler", "--interval", "0.1", env=FAST_REAPER)
     executor(spawn)
     time.sleep(0.3)
-    a.send_signal(signal.SIGSTOP)
+    stop_outside_a_write(a)
     try:
         wait_until(lambda: Job.objects.get(pk=j.pk).state == "succeeded", timeout=30)
     finally:
