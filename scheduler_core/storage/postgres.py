@@ -86,7 +86,9 @@ def claim_ctes(shape: str, *, gate: bool = True) -> str:
     now = PG_NOW
 
     def guards(queue: str) -> str:
-        return f"AND {claimable('tenure_job')} " + (f"AND {open_queue(queue)}" if gate else "")
+        return f"AND {claimable('tenure_job', per_row='OFFSET 0')} " + (
+            f"AND {open_queue(queue)}" if gate else ""
+        )
 
     if shape in (CLAIM_BY_ID, CLAIM_ONE_QUEUE):
         # One queue: an ordered walk of the claim index (``tenure_job_claim``), stopping at
