@@ -64,6 +64,9 @@ def test_the_claim_reads_the_index_in_order_whatever_the_backlog(
     assert "tenure_job_claim" in plan, plan
     assert "Seq Scan on tenure_job" not in plan, plan
     assert "Sort Key: tenure_job.priority" not in plan, plan
+    # The guard against a job beside an open attempt is a probe per candidate, not an
+    # anti-join reading every open attempt on each claim (records.claimable).
+    assert "Anti Join" not in plan and "Seq Scan on tenure_attempt" not in plan, plan
     # The completion with the next claim uses the same walk.
     [lease] = driver().claim(executor=EXEC, queues=queues, limit=1)
     assert Job.objects.get(pk=lease.job_id).state == "leased"
