@@ -79,7 +79,7 @@ def claim_sql(*, by_id: bool, nqueues: int, gate: bool = True) -> str:
     ``gate`` keeps out the jobs of paused and limited queues (:func:`open_queue`); only
     :meth:`SqliteDriver.claim_limited_queue` leaves it out. It always passes over a job without
     its spec or beside an open attempt (:func:`claimable`)."""
-    gated = f"AND {claimable('tenure_job')} " + (
+    guards = f"AND {claimable('tenure_job')} " + (
         f"AND {open_queue('tenure_job.queue')}" if gate else ""
     )
     # SQLite's UPDATE ... FROM may not name the joined table in RETURNING; a subquery by key
@@ -94,7 +94,7 @@ def claim_sql(*, by_id: bool, nqueues: int, gate: bool = True) -> str:
     UPDATE tenure_job SET {CLAIM_SET.format(t="", now=SQLITE_NOW, expiry=expiry, deadline=deadline)}
     WHERE state = 'waiting' AND id IN (
         SELECT id FROM tenure_job
-        WHERE state = 'waiting' AND {where} AND run_at <= {SQLITE_NOW} {gated}
+        WHERE state = 'waiting' AND {where} AND run_at <= {SQLITE_NOW} {guards}
         ORDER BY priority DESC, run_at, id
         LIMIT %s
     )
