@@ -243,15 +243,32 @@ class Job(models.Model):
     # What the job was accepted as, read from its spec row (one query, unless the spec was
     # read with the job: ``select_related("spec")``).
 
+    def _spec_row(self) -> JobSpec | None:
+        try:
+            return self.spec
+        except JobSpec.DoesNotExist:
+            return None
+
+    @property
+    def has_spec(self) -> bool:
+        """False for a job row written outside Tenure without its spec row (SQL by hand): no
+        claim takes it, the verdict calls it stuck, and the dashboard shows it so that an
+        operator can cancel it."""
+        return self._spec_row() is not None
+
     @property
     def payload(self) -> Any:
-        """The keyword arguments the handler is called with (``JobSpec.payload``)."""
-        return self.spec.payload
+        """The keyword arguments the handler is called with (``JobSpec.payload``); None for a
+        job without its spec row (:attr:`has_spec`)."""
+        spec = self._spec_row()
+        return spec.payload if spec is not None else None
 
     @property
     def effect(self) -> str:
-        """The job's effect mode (``JobSpec.effect``)."""
-        return self.spec.effect
+        """The job's effect mode (``JobSpec.effect``); empty for a job without its spec row
+        (:attr:`has_spec`), which no mode's promise covers."""
+        spec = self._spec_row()
+        return spec.effect if spec is not None else ""
 
     @property
     def lease_seconds(self) -> int:

@@ -38,6 +38,7 @@ from .records import (
     Failure,
     IndexSize,
     Lease,
+    still_open,
 )
 
 log = logging.getLogger("tenure.storage")
@@ -296,9 +297,7 @@ class DriverCore:
             if len(rows) != 1:
                 raise self.refusal(lease, "heartbeat")
             # The attempt's row holds the same lease as the job's, to the microsecond.
-            Attempt.objects.using(self.alias).filter(
-                pk=lease.attempt_id, finished_at__isnull=True
-            ).update(
+            Attempt.objects.using(self.alias).filter(still_open(), pk=lease.attempt_id).update(
                 heartbeat_at=to_datetime(rows[0]["heartbeat_at"]),
                 lease_expires_at=to_datetime(rows[0]["lease_expires_at"]),
             )
@@ -438,9 +437,7 @@ class DriverCore:
                 message=failure.message[:4000],
                 traceback=failure.traceback[-limit:],
             )
-        Attempt.objects.using(self.alias).filter(pk=attempt_id, finished_at__isnull=True).update(
-            **fields
-        )
+        Attempt.objects.using(self.alias).filter(still_open(), pk=attempt_id).update(**fields)
 
     def _mark_unsettled(self, lease: Lease, *, duplicate_possible: bool) -> None:
         """An attempt ended without settling its effect intents: their outcome is unknown, and
@@ -562,7 +559,7 @@ class DriverCore:
         mine = self._mine(lease).filter(deadline_at__gt=DbNow())
         n = (
             Attempt.objects.using(self.alias)
-            .filter(pk=lease.attempt_id, finished_at__isnull=True)
+            .filter(still_open(), pk=lease.attempt_id)
             .filter(Exists(mine))
             .update(return_value=value)
         )

@@ -48,6 +48,7 @@ from .records import (
     HEARTBEAT_SQL,
     PRUNABLE,
     SPEC_COLUMNS,
+    STILL_OPEN_SQL,
     Lease,
     claimable,
     leases_from_rows,
@@ -218,7 +219,8 @@ def complete_ctes(fence_match: str) -> str:
     (``tests/db/test_bulk_and_fast_paths.py`` checks the two leave the same rows), each job
     fenced by its own lease (``fence_match``), refused past the attempt's deadline or while the
     ledger holds an effect that may or may not have happened (an index probe per job), and
-    after an operator's cancel request unless an effect of the job was applied."""
+    after an operator's cancel request unless an effect of the job was applied. Each attempt
+    is found by its key (:func:`~scheduler_core.storage.records.still_open` says why)."""
     return f"""
         done AS (
             SELECT * FROM unnest(%s::bigint[], %s::bigint[], %s::bigint[]) AS d(jid, jfence, aid)
@@ -242,7 +244,7 @@ def complete_ctes(fence_match: str) -> str:
             UPDATE tenure_attempt SET outcome = 'succeeded', finished_at = clock_timestamp()
             FROM done JOIN job ON job.id = done.jid
             WHERE tenure_attempt.id = ANY(%s::bigint[]) AND tenure_attempt.id = done.aid
-                AND tenure_attempt.finished_at IS NULL
+                AND {STILL_OPEN_SQL}
         )"""
 
 

@@ -21,6 +21,7 @@ from scheduler_core.domain.outcomes import Decision
 from scheduler_core.models import Attempt, AuditEntry, Effect, EffectEvent, Job
 from scheduler_core.services import maintenance, operator, queues
 from scheduler_core.storage.drivers import driver
+from tests.hand_rows import hand_job
 
 from . import factories as f
 
@@ -308,6 +309,23 @@ def test_cancel_applies_to_waiting_failed_and_indeterminate_only(op_client: Clie
     before = snapshot()
     assert act(op_client, done, "cancel").status_code == 400
     assert snapshot() == before
+
+
+def test_a_job_row_without_its_spec_is_shown_and_can_be_cancelled(op_client: Client) -> None:
+    """A job row written by hand without its spec row (no claim takes it): the list and its
+    page name what is missing instead of failing (both answered 500 before), and its cancel
+    goes through the guarded action like any other."""
+    now = driver().now()
+    bare = hand_job(name="ui.charge", queue="default", run_at=now, created_at=now, updated_at=now)
+    listed = op_client.get(reverse("admin_ui:job_list"))
+    assert listed.status_code == 200 and "no spec row" in listed.content.decode()
+    page = op_client.get(detail_url(bare))
+    assert page.status_code == 200 and 'id="no-spec"' in page.content.decode()
+    assert offered_keys(op_client, bare) == {"cancel"}
+    assert op_client.get(confirm_url(bare, "cancel")).status_code == 200
+    assert act(op_client, bare, "cancel").status_code == 303
+    assert f.state_of(bare)[0] == "cancelled"
+    assert AuditEntry.objects.filter(job_id=bare.pk, action="cancel").count() == 1
 
 
 # --- the action table is the lifecycle's ------------------------------------------------------
