@@ -36,6 +36,7 @@ from ..models import (
 from .clock import DbNow, to_datetime
 from .records import (
     Failure,
+    Holds,
     IndexSize,
     Lease,
     still_open,
@@ -240,7 +241,12 @@ class DriverCore:
         ``transition`` (default: any write that keeps the job leased) supplies the source states.
         """
         sources = transition.sources if transition else {states.State.LEASED}
-        qs = Job.objects.using(self.alias).filter(pk=lease.job_id, state__in=list(sources))
+        # The state as ``(…) IS TRUE``: written plainly, the leases index (leased jobs only)
+        # could serve it and be read whole, past every entry a held snapshot keeps
+        # (records.still_open says how the open-attempt index was).
+        qs = Job.objects.using(self.alias).filter(
+            Holds(Q(state__in=list(sources))), pk=lease.job_id
+        )
         return qs.filter(**self._fence_of(lease))
 
     def _fence_of(self, lease: Lease) -> dict[str, Any]:
