@@ -177,6 +177,15 @@ class Job(models.Model):
                 name="tenure_job_leases",
                 condition=Q(state="leased"),
             ),
+            # A limited queue's count of its leased jobs (storage/queues.py), by queue. The
+            # leases index holds every queue's leases, and while a snapshot is held, an entry
+            # of every job leased since, in any queue: each claim of a limited queue read
+            # them all under its queue's lock (0016).
+            models.Index(
+                fields=["queue"],
+                name="tenure_job_queue_leased",
+                condition=Q(state="leased"),
+            ),
             # Jobs at rest, by state and time (retention, the dashboard's lists and counts,
             # the history rollup), type and queue. Waiting and leased rows are left out: a
             # claim and a completion each leave a version of them behind, which would cost

@@ -41,7 +41,7 @@ def _tenure_test_settings(settings: Any) -> None:
     settings.TENURE_TRANSPORT = "polling"
     settings.TENURE_REAP_GRACE_SECONDS = 0.0
     settings.TENURE_POLL_INTERVAL = 0.05
-    floors.FLOORS.forget()
+    floors.forget()
     reaper.WALK.forget()
     hints.CONSUMERS.forget()
 

@@ -166,3 +166,21 @@ class ClaimFloors:
 
 FLOORS = ClaimFloors()
 """This process's claim floors (one set per process, shared by its threads)."""
+
+LIMITED_FLOORS = ClaimFloors()
+"""This process's floors for the claims of limited queues
+(:meth:`~scheduler_core.storage.postgres.PostgresDriver.claim_limited_queue`), kept apart:
+the claim of open queues passes over a limited queue's jobs at its gate, so its full reads
+are no reads of that queue, and a limited queue's own full reads come on its own claims."""
+
+
+def woken(queue: str, priority: int, due_at: datetime) -> None:
+    """A job of ``queue`` is waiting, due at ``due_at``: both sets of floors learn it."""
+    FLOORS.woken(queue, priority, due_at)
+    LIMITED_FLOORS.woken(queue, priority, due_at)
+
+
+def forget() -> None:
+    """Drop both sets of floors (tests; a process whose database was replaced)."""
+    FLOORS.forget()
+    LIMITED_FLOORS.forget()

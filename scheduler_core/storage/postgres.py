@@ -30,11 +30,12 @@ from ..conf import tenure_settings
 from ..domain import states
 from ..domain.payload_search import PayloadQuery
 from ..models import Effect, Job, JobSpec
+from . import floors
 from .base import (
     Driver,
 )
 from .clock import to_datetime
-from .floors import FLOORS
+from .floors import FLOORS, LIMITED_FLOORS, ClaimFloors
 from .history import ROLLUP_MARGIN
 from .pg_indexes import PgIndexUpkeep
 from .queues import (
@@ -482,24 +483,41 @@ class PostgresDriver(PgIndexUpkeep, Driver):
     def claim_limited_queue(
         self, queue: str, *, executor: str, limit: int, job_id: int | None = None
     ) -> list[Lease]:
-        """The claim of one queue (or one job of it) without the gate, read from the start of
-        the claim index (no floors: its claims are few, each behind the queue's row lock)."""
+        """The claim of one queue (or one job of it) without the gate, seeking from this
+        process's floors for limited queues (:data:`.floors.LIMITED_FLOORS`): read from the
+        start of the claim index, each claim of a limited queue walked the entries that its
+        jobs claimed while a snapshot was held left there."""
         if limit < 1:
             return []
         sent = time.monotonic()
-        shape = CLAIM_BY_ID if job_id is not None else CLAIM_ONE_QUEUE
+        seeks = [] if job_id is not None else self._seeks([queue], now=sent, of=LIMITED_FLOORS)
+        shape = claim_shape(by_id=job_id is not None, nqueues=1, floors=bool(seeks))
         params = claim_params(
-            shape, executor=executor, queues=[queue], limit=limit, job_id=job_id, gate=False
+            shape,
+            executor=executor,
+            queues=[queue],
+            limit=limit,
+            job_id=job_id,
+            seeks=seeks,
+            gate=False,
         )
         rows = self._rows(f"WITH {claim_ctes(shape, gate=False)} SELECT * FROM got", params)
-        return leases_from_rows(rows, executor=executor, sent=sent)
+        leases = leases_from_rows(rows, executor=executor, sent=sent)
+        if job_id is None:
+            took = time.monotonic() - sent
+            LIMITED_FLOORS.learn(
+                [queue], leases, limit=limit, full=not seeks, now=sent, elapsed=took
+            )
+        return leases
 
-    def _seeks(self, queues: Sequence[str], *, now: float) -> list[tuple[str, int, datetime]]:
-        """The floors a claim of ``queues`` seeks from (none: read from the start), after
-        discovering the lower priorities a cut-off full read did not reach."""
-        for queue, below in FLOORS.undiscovered(queues):
-            FLOORS.discovered(queue, self._waiting_priorities(queue, below))
-        return FLOORS.seeks(queues, now=now)
+    def _seeks(
+        self, queues: Sequence[str], *, now: float, of: ClaimFloors = FLOORS
+    ) -> list[tuple[str, int, datetime]]:
+        """The floors (``of`` this process's) a claim of ``queues`` seeks from (none: read from
+        the start), after discovering the lower priorities a cut-off full read did not reach."""
+        for queue, below in of.undiscovered(queues):
+            of.discovered(queue, self._waiting_priorities(queue, below))
+        return of.seeks(queues, now=now)
 
     def _waiting_priorities(self, queue: str, below: int | None) -> list[tuple[int, datetime]]:
         """Each priority of ``queue`` under ``below`` (None: any) that has a waiting job, with
@@ -587,7 +605,7 @@ class PostgresDriver(PgIndexUpkeep, Driver):
         """Send one wake-up now, in a transaction of its own (outside any of the caller's),
         and have this process's floors learn it. A failure is logged, never raised: the job it
         announces has committed already, and polling finds it."""
-        FLOORS.woken(queue, priority, due_at)
+        floors.woken(queue, priority, due_at)
         try:
             with self.connection.cursor() as cur:
                 # The transaction only notifies: nothing in it needs to reach the disk before
@@ -618,7 +636,7 @@ class PostgresDriver(PgIndexUpkeep, Driver):
                             woken = read_wakeup(n.payload)
                             if woken is not None:
                                 heard = True
-                                FLOORS.woken(*woken)
+                                floors.woken(*woken)
                                 yield woken
                         if not heard:
                             yield None
@@ -631,10 +649,10 @@ class PostgresDriver(PgIndexUpkeep, Driver):
                 delay = min(10.0, delay * 2)
 
     def woken(self, queue: str, priority: int, due_at: datetime) -> None:
-        FLOORS.woken(queue, priority, due_at)
+        floors.woken(queue, priority, due_at)
 
     def forget_floors(self) -> None:
-        FLOORS.forget()
+        floors.forget()
 
     # -- enqueue and retention -------------------------------------------------------------
 

@@ -97,6 +97,8 @@ class QueueOps(DriverCore):
                     break
                 leased = 0
                 if q.max_leased is not None:
+                    # By the queue's own index of leases (0016): the leases index holds every
+                    # queue's, and under a held snapshot an entry of every job leased since.
                     leased = (
                         Job.objects.using(self.alias)
                         .filter(queue=q.name, state=states.State.LEASED)

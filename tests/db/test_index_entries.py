@@ -37,6 +37,7 @@ def test_the_job_and_attempt_tables_carry_only_their_listed_indexes() -> None:
     job_indexes = {
         "tenure_job_claim",
         "tenure_job_leases",
+        "tenure_job_queue_leased",
         "tenure_job_state",
         "tenure_job_name_state",
         "tenure_job_queue_state",
@@ -124,6 +125,7 @@ def test_the_state_name_and_queue_indexes_hold_only_jobs_at_rest() -> None:
     tuples = _index_tuples()
     assert tuples["tenure_job_claim"] == 30
     assert tuples["tenure_job_leases"] == 20
+    assert tuples["tenure_job_queue_leased"] == 20
     for name in ("tenure_job_state", "tenure_job_name_state", "tenure_job_queue_state"):
         assert tuples[name] == 10, name
     assert tuples["tenure_job_retried"] == 0
@@ -181,3 +183,29 @@ def test_in_states_finds_every_job_in_the_states_asked_for() -> None:
         got = set(Job.objects.filter(in_states(wanted)).values_list("pk", flat=True))
         want = set(Job.objects.filter(state__in=wanted).values_list("pk", flat=True))
         assert got == want, wanted
+
+
+def test_migration_0016_indexes_the_leased_jobs_by_queue_and_its_reverse_drops_the_index() -> None:
+    from scheduler_core.storage.drivers import driver
+
+    from .migrating import latest_after, migrate
+
+    ok.enqueue_many([{"n": i} for i in range(5)])
+    with latest_after():
+        migrate([("scheduler_core", "0015_one_open_attempt")])
+        assert "tenure_job_queue_leased" not in _indexes("tenure_job")
+        driver().claim(executor="t:1:entries", queues=["indexentries"], limit=2)
+        migrate([("scheduler_core", "0016_queue_leased_index")])
+        assert _indexes("tenure_job")["tenure_job_queue_leased"] == ["queue"]
+        with connection.cursor() as cur:
+            if connection.vendor == "postgresql":
+                assert _index_tuples()["tenure_job_queue_leased"] == 2
+            else:
+                cur.execute(
+                    "SELECT count(*) FROM tenure_job INDEXED BY tenure_job_queue_leased "
+                    "WHERE queue = 'indexentries' AND state = 'leased'"
+                )
+                assert cur.fetchone()[0] == 2
+        migrate([("scheduler_core", "0015_one_open_attempt")])
+        assert "tenure_job_queue_leased" not in _indexes("tenure_job")
+    assert "tenure_job_queue_leased" in _indexes("tenure_job")
