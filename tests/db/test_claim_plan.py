@@ -535,6 +535,16 @@ def test_the_reaper_reads_from_the_start_first_and_every_full_walk_interval() ->
     assert walk.since(now=t0 + reaper.FULL_WALK_SECONDS + 0.001) is None
 
 
+def _run_through_plan_b(n: int) -> None:
+    """Enqueue ``n`` jobs in ``plan_b`` and run each through its claim and its completion,
+    a hundred at a time (under a held snapshot: an entry of each left in the claim, leases
+    and open-attempt indexes)."""
+    in_b.enqueue_many([{"n": i} for i in range(n)])
+    got = driver().claim(executor=EXEC, queues=["plan_b"], limit=100)
+    while got:
+        got = driver().complete_many_and_claim(got, executor=EXEC, queues=["plan_b"], limit=100)[2]
+
+
 def _entries_read(op: Any, *indexes: str) -> dict[str, int]:
     """Entries of each of ``indexes`` that ``op``'s statements read, counted by the server for
     this transaction, rolled back."""
@@ -568,12 +578,7 @@ def test_an_attempts_own_writes_find_its_row_by_key_past_the_entries_a_held_snap
     (records.still_open). Each write here reads none of them, nor any of the leases index's,
     which keeps an entry for every job leased since."""
     with held_snapshot():
-        in_b.enqueue_many([{"n": i} for i in range(3000)])
-        got = driver().claim(executor=EXEC, queues=["plan_b"], limit=100)
-        while got:
-            got = driver().complete_many_and_claim(
-                got, executor=EXEC, queues=["plan_b"], limit=100
-            )[2]
+        _run_through_plan_b(3000)
         # Statistics taken while no attempt is open and no job leased (autovacuum's, at any
         # moment of a quiet queue): the planner believes the open-attempt and leases indexes
         # empty.
@@ -606,12 +611,7 @@ def test_a_limited_queues_count_reads_its_own_leases_only() -> None:
     the entries its own queue left: none here, 20 after 20 of its jobs."""
     assert driver().write_queue("plan_a", expected_version=0, fields={"max_leased": 5})
     with held_snapshot():
-        in_b.enqueue_many([{"n": i} for i in range(3000)])
-        got = driver().claim(executor=EXEC, queues=["plan_b"], limit=100)
-        while got:
-            got = driver().complete_many_and_claim(
-                got, executor=EXEC, queues=["plan_b"], limit=100
-            )[2]
+        _run_through_plan_b(3000)
         with connection.cursor() as cur:
             cur.execute("ANALYZE tenure_job")
         in_a.enqueue_many([{"n": i} for i in range(30)])
