@@ -37,6 +37,8 @@ def test_the_job_and_attempt_tables_carry_only_their_listed_indexes() -> None:
     job_indexes = {
         "tenure_job_claim",
         "tenure_job_leases",
+        # A limited queue's count of its leased jobs (storage/queues.py): leased rows only,
+        # so an entry for each claim and renewal, none for the enqueue or the end (0016).
         "tenure_job_queue_leased",
         "tenure_job_state",
         "tenure_job_name_state",
