@@ -17,10 +17,41 @@ remove both.
 On PostgreSQL, dropping the constraint takes a brief lock on both tables and reads no rows;
 reversed, adding it back validates every spec row against the job table. SQLite
 rebuilds the spec table both ways (a copy of its rows).
+
+Reversed, the migration first looks for spec rows whose job is gone and, if there are any,
+refuses with the count and the statement that deletes them, before anything is changed — on
+both databases alike. (Without the look, PostgreSQL refused with its own constraint error, and
+SQLite refused only at the end of its table rebuild, from inside the migration's transaction,
+which the failing process then left open.)
 """
 
+from typing import Any
+
 import django.db.models.deletion
-from django.db import migrations, models
+from django.db import IntegrityError, migrations, models
+
+# What deletes the spec rows a hand-typed ``DELETE FROM tenure_job`` left behind; the refusal
+# quotes it and docs/operations.md ("The spec's key is not checked by the database") too.
+ORPHANS_DELETE = (
+    "DELETE FROM tenure_job_spec WHERE NOT EXISTS "
+    "(SELECT 1 FROM tenure_job j WHERE j.id = tenure_job_spec.job_id)"
+)
+
+
+def refuse_orphans(apps: Any, schema_editor: Any) -> None:
+    """Before the key is a foreign key again: refuse while a spec row's job is gone."""
+    with schema_editor.connection.cursor() as cur:
+        cur.execute(
+            "SELECT count(*) FROM tenure_job_spec s "
+            "WHERE NOT EXISTS (SELECT 1 FROM tenure_job j WHERE j.id = s.job_id)"
+        )
+        (orphans,) = cur.fetchone()
+    if orphans:
+        raise IntegrityError(
+            f"{orphans} row(s) of tenure_job_spec belong to no job (their jobs were deleted "
+            "outside Tenure), so its key cannot be a foreign key again; nothing was changed. "
+            f"Delete them first: {ORPHANS_DELETE}"
+        )
 
 
 class Migration(migrations.Migration):
@@ -41,4 +72,6 @@ class Migration(migrations.Migration):
                 to="scheduler_core.job",
             ),
         ),
+        # Reversed, operations run last to first: this look comes before the key is restored.
+        migrations.RunPython(migrations.RunPython.noop, refuse_orphans),
     ]

@@ -4,15 +4,21 @@ tests/storage/test_driver_bookkeeping.py)."""
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 import pytest
 from django.db import IntegrityError, connection
+from django.db.migrations.recorder import MigrationRecorder
 
 from scheduler_core import job
 from scheduler_core.models import Job, JobSpec
 
 from .migrating import migrate
+
+ORPHANS_DELETE = importlib.import_module(
+    "scheduler_core.migrations.0014_spec_key_unchecked"
+).ORPHANS_DELETE
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -53,20 +59,24 @@ def test_deleting_a_job_through_django_deletes_its_spec() -> None:
     assert list(JobSpec.objects.values_list("job_id", flat=True)) == [kept.pk]
 
 
-@pytest.mark.skipif(
-    connection.vendor != "postgresql", reason="PostgreSQL validates the key it adds"
-)
 def test_reversing_0014_refuses_a_spec_row_whose_job_was_deleted_by_hand(latest: None) -> None:
-    orphan = kind.enqueue(n=1)
+    orphan, kept = kind.enqueue(n=1), kind.enqueue(n=2)
     with connection.cursor() as cur:
         cur.execute("DELETE FROM tenure_job WHERE id = %s", [orphan.pk])
-    with pytest.raises(IntegrityError):
+    with pytest.raises(IntegrityError) as refused:
         migrate([("scheduler_core", "0013_autovacuum_settings")])
-    assert _spec_foreign_keys() == []  # still at 0014: the failed step changed nothing
+    # The refusal counts the rows and quotes the statement that removes them.
+    assert "1 row(s) of tenure_job_spec belong to no job" in str(refused.value)
+    assert ORPHANS_DELETE in str(refused.value)
+    # Nothing changed and nothing was left open: still 0014's schema, both spec rows kept, and
+    # this connection outside any transaction (SQLite's rebuild used to refuse from inside it).
+    assert not connection.in_atomic_block
+    assert _spec_foreign_keys() == []
+    assert set(JobSpec.objects.values_list("job_id", flat=True)) == {orphan.pk, kept.pk}
+    recorder = MigrationRecorder(connection)
+    assert ("scheduler_core", "0014_spec_key_unchecked") in recorder.applied_migrations()
     with connection.cursor() as cur:
-        cur.execute(
-            "DELETE FROM tenure_job_spec WHERE NOT EXISTS "
-            "(SELECT 1 FROM tenure_job j WHERE j.id = tenure_job_spec.job_id)"
-        )
+        cur.execute(ORPHANS_DELETE)
     migrate([("scheduler_core", "0013_autovacuum_settings")])
     assert len(_spec_foreign_keys()) == 1
+    assert list(JobSpec.objects.values_list("job_id", flat=True)) == [kept.pk]
