@@ -440,8 +440,7 @@ class PostgresDriver(PgIndexUpkeep, Driver):
             # on the client and are never prepared either way.
             raw.prepare_threshold = 1 << 30
         with conn.wrap_database_errors, psycopg.Cursor(raw, row_factory=dict_row) as cur:
-            if prepare:
-                _replan_if_due(cur, raw)
+            _replan_if_due(cur, raw)
             cur.execute(sql, params, prepare=prepare)
             return cur.fetchall()
 
@@ -811,17 +810,20 @@ class PostgresDriver(PgIndexUpkeep, Driver):
 
 
 def _replan_if_due(cur: Any, raw: Any) -> None:
-    """Drop this connection's prepared statements every ``REPLAN_SECONDS``, so each is
-    planned again from the table as it now is. A generic plan made while the table was nearly
-    empty and never analysed reads it whole, and nothing else replaces that plan until the
-    server's statistics of the table change (tests/db/test_claim_plan.py)."""
+    """Have this connection plan every statement afresh (``DISCARD PLANS``) every
+    ``REPLAN_SECONDS``, from the tables as they now are. A plan is otherwise kept until the
+    server's statistics of its table change, and one made while the job table was nearly empty
+    and not yet analysed reads it whole: the prepared claim and completion read it on every
+    call, and so did the server's own checks of the attempt's and the ledger's keys to their
+    job (plans it caches per connection, which dropping the prepared statements left in
+    place), once per attempt and per effect (tests/db/test_claim_plan.py). Prepared
+    statements keep their names; each is planned again at its next call."""
     now = time.monotonic()
     at = _planned_at.get(raw)
     if at is not None and now - at < tenure_settings().REPLAN_SECONDS:
         return
     if at is not None:
-        # The driver recognises the command and forgets its own names for them too.
-        cur.execute("DEALLOCATE ALL", prepare=False)
+        cur.execute("DISCARD PLANS", prepare=False)
     _planned_at[raw] = now
 
 

@@ -183,6 +183,53 @@ def test_a_plan_made_on_an_empty_table_is_replaced_once_the_table_has_grown(
     assert done == {lease.job_id}
 
 
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL's plan cache")
+def test_the_key_checks_of_attempts_and_effects_are_planned_again_with_the_statements(
+    settings: Any,
+) -> None:
+    """The attempt's and the ledger's keys to their job are foreign keys: the server checks
+    every attempt a claim inserts and every effect an attempt intends, at commit, with plans of
+    its own, cached per connection and, on an executor's connection (``force_generic_plan``),
+    made at their first use. Made while the job table was nearly empty they read it whole,
+    once per attempt and per effect, and dropping the prepared statements did not replace
+    them: every plan of the connection is planned again every TENURE_REPLAN_SECONDS."""
+    settings.TENURE_REPLAN_SECONDS = 3.0
+    with connection.cursor() as cur:
+        cur.execute("SET plan_cache_mode = force_generic_plan")
+        cur.execute("ANALYZE tenure_job")  # empty: the statistics say no rows, no pages
+    in_a.enqueue(n=0)
+    floors.forget()
+    [first] = driver().claim(executor=EXEC, queues=["plan_a"], limit=1)
+    driver().effect_intend(first, "charge")  # both key checks planned on a one-row table
+    in_b.enqueue_many([{"n": i} for i in range(5000)])
+    in_a.enqueue(n=1)
+    time.sleep(3.1)
+    floors.forget()
+    leases: list[Lease] = []
+
+    def claim() -> None:
+        leases.extend(driver().claim(executor=EXEC, queues=["plan_a"], limit=1))
+        _check_keys_now()
+
+    # Rows of the job table read by sequential scans to claim one job (5,002 while the
+    # attempt's key check kept its first plan).
+    assert _entries_read(claim, "tenure_job") == {"tenure_job": 0}
+    [lease] = driver().claim(executor=EXEC, queues=["plan_a"], limit=1)
+
+    def intend() -> None:
+        driver().effect_intend(lease, "charge")
+        _check_keys_now()
+
+    assert _entries_read(intend, "tenure_job") == {"tenure_job": 0}
+
+
+def _check_keys_now() -> None:
+    """Run the foreign-key checks this transaction has deferred to its commit (Django's keys
+    are ``DEFERRABLE INITIALLY DEFERRED``), so a rolled-back measurement counts them too."""
+    with connection.cursor() as cur:
+        cur.execute("SET CONSTRAINTS ALL IMMEDIATE")
+
+
 @pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL's planner")
 @pytest.mark.parametrize("search", ["reaper", "retention"])
 def test_the_reaper_and_retention_stop_their_index_walks_at_their_time_bound(search: str) -> None:
