@@ -176,7 +176,7 @@ def test_a_plan_made_on_an_empty_table_is_replaced_once_the_table_has_grown(
     after = _prepared_plan("done AS (", params)
     assert "Seq Scan on tenure_job" not in after, after
     assert "Index Scan using tenure_job_pkey on tenure_job j" in after, after
-    # and the statement still runs, on the driver's fresh name for it
+    # and the statement still runs: its name is kept, only its plan was made again
     _xid, done, _ = driver().complete_many_and_claim(
         [lease], executor=EXEC, queues=["plan_a"], limit=0
     )
