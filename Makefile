@@ -9,10 +9,15 @@ PYTEST_ARGS ?=
 
 .PHONY: venv test test-sqlite test-postgres lint typecheck demo clean
 
+# Each install is tried up to three times, 10 s apart: pip retries a connection it could not
+# open, not a download cut off midway ("Connection broken: IncompleteRead"), which once failed
+# a CI run's install of the benchmark environment.
+RETRY := @retry() { echo "$$*"; for i in 1 2 3; do "$$@" && return 0; echo "failed (try $$i of 3): $$*" >&2; [ $$i = 3 ] || sleep 10; done; return 1; }; retry
+
 $(BIN)/.installed: pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV) || python3 -m venv $(VENV)
-	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e ".[dev]"
+	$(RETRY) $(BIN)/python -m pip install -q --upgrade pip
+	$(RETRY) $(BIN)/python -m pip install -q -e ".[dev]"
 	touch $@
 
 venv: $(BIN)/.installed
@@ -71,8 +76,8 @@ BENCH_ARGS ?=
 
 $(BENCH_VENV)/.installed: pyproject.toml bench/requirements.txt
 	test -x $(BENCH_PY) || $(PY) -m venv $(BENCH_VENV) || python3 -m venv $(BENCH_VENV)
-	$(BENCH_PY) -m pip install -q --upgrade pip
-	$(BENCH_PY) -m pip install -q -e ".[demo,rq]" -r bench/requirements.txt
+	$(RETRY) $(BENCH_PY) -m pip install -q --upgrade pip
+	$(RETRY) $(BENCH_PY) -m pip install -q -e ".[demo,rq]" -r bench/requirements.txt
 	touch $@
 
 bench-venv: $(BENCH_VENV)/.installed

@@ -22,14 +22,16 @@ started=$(date +%s)
 
 step() { printf '\n== host project: %s\n' "$*"; }
 fail() { printf '\nhost project FAILED: %s\n' "$*" >&2; exit 1; }
+# An install tried up to three times, 10 s apart (pip does not retry a download cut off midway).
+retry() { for i in 1 2 3; do "$@" && return 0; echo "failed (try $i of 3): $*" >&2; [ "$i" = 3 ] || sleep 10; done; return 1; }
 
 rm -rf "$WORK"
 mkdir -p "$WORK/dist"
 
 step "build the wheel"
 "$PY" -m venv "$WORK/build-venv"
-"$WORK/build-venv/bin/python" -m pip install -q --upgrade pip
-"$WORK/build-venv/bin/python" -m pip wheel -q --no-deps -w "$WORK/dist" "$ROOT"
+retry "$WORK/build-venv/bin/python" -m pip install -q --upgrade pip
+retry "$WORK/build-venv/bin/python" -m pip wheel -q --no-deps -w "$WORK/dist" "$ROOT"
 rm -rf "$ROOT/build" "$ROOT"/*.egg-info
 WHEEL=$(ls "$WORK"/dist/tenure-*.whl)
 echo "$WHEEL"
@@ -58,8 +60,8 @@ step "install it, not editable, with only what the guide's base install needs"
 cd "$WORK"  # away from the checkout, so nothing is imported from it
 "$PY" -m venv "$WORK/venv"
 VPY="$WORK/venv/bin/python"
-"$VPY" -m pip install -q --upgrade pip
-"$VPY" -m pip install -q "$WHEEL" "psycopg[binary]>=3.2,<4"
+retry "$VPY" -m pip install -q --upgrade pip
+retry "$VPY" -m pip install -q "$WHEEL" "psycopg[binary]>=3.2,<4"
 "$VPY" - <<'EOF'
 import importlib.util, sys
 import scheduler_core, admin_ui  # importable without a project
@@ -186,7 +188,7 @@ print("job", job.pk, job.state, "| GET /ops/ 200 logged in; /ops/metrics 401 ano
 '
 
 step "django.tasks: the tasks extra, TASKS and a @task"
-"$VPY" -m pip install -q "${WHEEL}[tasks]"
+retry "$VPY" -m pip install -q "${WHEEL}[tasks]"
 cat >> hostsite/settings.py <<EOF
 INSTALLED_APPS += ["django_tasks"]  # the django.tasks backport (Django 5.2)
 TASKS = {"default": {"BACKEND": "scheduler_core.backends.TenureBackend"}}
