@@ -373,7 +373,7 @@ def read_wakeup(payload: str) -> tuple[str, int, datetime] | None:
 
 
 _planned_at: weakref.WeakKeyDictionary[Any, float] = weakref.WeakKeyDictionary()
-"""When each connection last dropped its prepared statements (monotonic seconds)."""
+"""When each connection last had its plans made again (monotonic seconds)."""
 
 
 class PostgresDriver(PgIndexUpkeep, Driver):
