@@ -84,6 +84,15 @@ def write(data: dict[str, Any], out_dir: Path, stem: str) -> Path:
         add("")
     add(_server_line(data))
     add("")
+    if data.get("bytecode_compiled_ahead"):
+        add(
+            "Bytecode: the checkout's Python modules (Tenure, the example project, the "
+            "harness's job modules and the peers' entry points) were compiled before the first "
+            "round, as installing a package compiles its modules (`bench/common.py`, "
+            "`compile_bytecode`); every process then starts as it would from an installation, "
+            "whatever `PYTHONDONTWRITEBYTECODE` says."
+        )
+        add("")
     add(f"![throughput and latency]({stem}.png)")
     add("")
 

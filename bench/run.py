@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from . import common, report, workloads
-from .common import BENCH, ROOT, VAR, non_default_settings, server_facts
+from .common import BENCH, ROOT, VAR, compile_bytecode, non_default_settings, server_facts
 from .systems import (
     BEST,
     BEST_PROCESSES,
@@ -184,6 +184,7 @@ def run(
     """
     limits = limits or []
     started = time.monotonic()
+    compile_bytecode()
     facts = server_facts()
     _log(f"server: {facts}")
     installed: set[tuple[str, str | None]] = set()
@@ -260,6 +261,7 @@ def run(
         (out_dir / "raw-partial.json").write_text(json.dumps(rounds, indent=1))
     return {
         "command": command,
+        "bytecode_compiled_ahead": True,
         "profile": profile.__dict__,
         "server": facts,
         "cluster": {**cluster, "not_default": non_default_settings()},

@@ -20,7 +20,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from .common import VAR, connect, median
+from .common import VAR, compile_bytecode, connect, median
 from .run import server
 from .systems import BEST, Tenure, TenureCelery
 from .workloads import drain
@@ -107,6 +107,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     rows = []
+    compile_bytecode()
     with server("own"):
         systems = [SYSTEMS[k.strip()](shape=BEST) for k in args.systems.split(",") if k.strip()]
         for s in systems:

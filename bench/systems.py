@@ -49,6 +49,7 @@ from .common import (
     ROOT,
     VAR,
     base_env,
+    compile_bytecode,
     connect,
     dsn,
     recreate_database,
@@ -227,6 +228,12 @@ class Tenure(System):
             concurrency=BEST_CONCURRENCY if shape == BEST else 1,
             settings=(
                 "handlers on threads; every other setting at its default (finished jobs kept)"
+                + (
+                    "; the example project loads no broker client with this transport "
+                    "(neither Celery's app nor django-rq, config/__init__.py)"
+                    if key == "tenure"
+                    else ""
+                )
             ),
             extra_env={
                 "DATABASE_URL": dsn(db),
@@ -306,6 +313,7 @@ class TenureBefore(Tenure):
                 ["git", "-C", str(ROOT), "archive", self.rev], check=True, capture_output=True
             ).stdout
             subprocess.run(["tar", "-x", "-C", str(self.root)], input=archive, check=True)
+        compile_bytecode(self.root)
         super().install()
 
     # That revision's schema has no spec table (migration 0012 came after it).

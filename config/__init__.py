@@ -1,5 +1,14 @@
-"""Project configuration. Importing it loads the Celery app so tasks bind to it."""
+"""Project configuration. When the project's transport is Celery (``TENURE_TRANSPORT``, read
+from the environment as :mod:`config.settings` reads it, ``celery`` by default), importing this
+package loads the Celery app, so Tenure's task binds to it in every process that enqueues.
 
-from .celery import app as celery_app
+A broker-less deployment (``TENURE_TRANSPORT=polling``) loads no broker client: Celery's app
+and django-rq (left out of ``INSTALLED_APPS`` there too) were about 0.15 s of every
+``run_executor``'s start-up, of 0.55 s (bench/README.md, "The workloads", Drain)."""
 
-__all__ = ["celery_app"]
+import os
+
+if os.environ.get("TENURE_TRANSPORT", "celery") == "celery":
+    from .celery import app as celery_app
+
+    __all__ = ["celery_app"]

@@ -6,6 +6,10 @@ Two environment variables choose the deployment; everything else has a default:
   ``postgres://user@host:port/name`` (the shared store for executors on many hosts).
 * ``CELERY_BROKER_URL`` — ``filesystem://`` (the embedded default, folders under ``var/``),
   ``redis://…`` or ``amqp://…``.
+
+``TENURE_TRANSPORT`` (``celery`` by default here) also chooses what is loaded: with
+``polling`` (broker-less) neither Celery's app (``config/__init__.py``) nor django-rq is,
+as a host project whose executors are all broker-less installs neither.
 """
 
 from __future__ import annotations
@@ -75,6 +79,10 @@ DATABASE_URL = os.environ.get("DATABASE_URL", f"sqlite:///{VAR_DIR / 'tenure.sql
 DATABASES = {"default": database_from_url(DATABASE_URL)}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
+# Read here as well as at the end: a broker-less deployment loads no broker client
+# (config/__init__.py, and django-rq below).
+_TRANSPORT = os.environ.get("TENURE_TRANSPORT", "celery")
+
 INSTALLED_APPS = [
     "django.contrib.admin",
     "django.contrib.auth",
@@ -84,7 +92,8 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "django_htmx",
     "template_partials",
-    "django_rq",  # for `manage.py rqworker`; its dashboard is not mounted (RQ_SHOW_ADMIN_LINK)
+    # for `manage.py rqworker`; its dashboard is not mounted (RQ_SHOW_ADMIN_LINK)
+    *([] if _TRANSPORT == "polling" else ["django_rq"]),
     "django_tasks",  # the django.tasks backport (Django 5.2): its checks and signals
     "scheduler_core",
     "admin_ui",
@@ -196,5 +205,5 @@ RQ_SHOW_ADMIN_LINK = False
 TASKS = {"default": {"BACKEND": "scheduler_core.backends.TenureBackend"}}
 
 # --- Tenure. Every name has a default in scheduler_core.conf; override here or by env.
-TENURE_TRANSPORT = os.environ.get("TENURE_TRANSPORT", "celery")
+TENURE_TRANSPORT = _TRANSPORT
 # Any other TENURE_<NAME> (see scheduler_core/conf.py) may be set here or in the environment.

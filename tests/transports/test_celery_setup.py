@@ -52,6 +52,18 @@ def test_the_celery_adapter_is_not_imported_without_the_celery_transport() -> No
     assert _shell(code, TENURE_TRANSPORT="polling") == "False"
 
 
+@pytest.mark.process
+def test_a_broker_less_example_project_loads_no_broker_client() -> None:
+    # The example project loads Celery's app (config/__init__.py) and django-rq only for the
+    # transports that use them: a broker-less executor starts without either.
+    code = (
+        "import sys; print(sorted(m for m in ('celery', 'kombu', 'django_rq', 'redis', 'rq') "
+        "if m in sys.modules))"
+    )
+    assert _shell(code, TENURE_TRANSPORT="polling") == "[]"
+    assert _shell(code, TENURE_TRANSPORT="celery") != "[]"
+
+
 def _ids(settings: Any, **overrides: Any) -> set[str]:
     for name, value in overrides.items():
         setattr(settings, name, value)
