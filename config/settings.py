@@ -79,8 +79,8 @@ DATABASE_URL = os.environ.get("DATABASE_URL", f"sqlite:///{VAR_DIR / 'tenure.sql
 DATABASES = {"default": database_from_url(DATABASE_URL)}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
-# Read here as well as at the end: a broker-less deployment loads no broker client
-# (config/__init__.py, and django-rq below).
+# Read before INSTALLED_APPS (TENURE_TRANSPORT, at the end, is this value): a broker-less
+# deployment loads no broker client (config/__init__.py, and django-rq below).
 _TRANSPORT = os.environ.get("TENURE_TRANSPORT", "celery")
 
 INSTALLED_APPS = [
