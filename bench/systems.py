@@ -231,7 +231,7 @@ class Tenure(System):
                 + (
                     "; the example project loads no broker client with this transport "
                     "(neither Celery's app nor django-rq, config/__init__.py)"
-                    if key == "tenure"
+                    if env.get("TENURE_TRANSPORT", "polling") == "polling"
                     else ""
                 )
             ),
@@ -295,6 +295,13 @@ class TenureBefore(Tenure):
     def __init__(self, shape: str = BEST, rev: str = BEFORE_LIMITS) -> None:
         super().__init__(key="tenure-before", db="bench_tenure_before", shape=shape)
         self.label = f"Tenure (broker-less) at {rev}, before queue limits"
+        # That revision's example project loads Celery's app and django-rq whatever the
+        # transport: its start-up is not this checkout's.
+        self.settings = (
+            "handlers on threads; every other setting at its default (finished jobs kept); "
+            "that revision's example project, which loads Celery's app and django-rq whatever "
+            "the transport"
+        )
         self.rev = rev
         self.root = VAR / "bench-before" / rev
         # That revision's modules, and only those: bench/hooks/sitecustomize.py takes this
