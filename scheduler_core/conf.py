@@ -151,6 +151,12 @@ class TenureSettings:
     has emptied but cannot shrink, and rebuild it (``REINDEX INDEX CONCURRENTLY``, in a thread
     of its own, never while a snapshot older than a minute is held); 0: never
     (:mod:`scheduler_core.services.indexes`)."""
+    TABLE_COMPACTION: bool = True
+    """run_scheduler, PostgreSQL, at each look of the index upkeep (``INDEX_UPKEEP_SECONDS``):
+    move the rows of a table's last pages into the holes vacuum left before them, every value
+    unchanged, so that vacuum gives the emptied pages back (:mod:`scheduler_core.services.tables`).
+    Each moved row is an update a logical-replication or change-data consumer of Tenure's tables
+    receives; False: never."""
     EXACT_COUNTS_BELOW: int = 200_000
     """Below this many jobs (the database's estimate) the dashboard counts succeeded jobs
     exactly on each load; above, it shows the last refreshed count and its age."""

@@ -30,7 +30,8 @@ from django.db import DatabaseError
 from ..conf import tenure_settings
 from ..read import health
 from ..storage.drivers import driver
-from ..storage.records import IndexSize
+from ..storage.records import Compaction, IndexSize
+from . import tables as table_compaction
 
 log = logging.getLogger("tenure.indexes")
 
@@ -54,6 +55,9 @@ class UpkeepReport:
     """The invalid copies of failed rebuilds dropped."""
     postponed: str = ""
     """Why nothing was looked at ("" when the look ran)."""
+    compacted: list[Compaction] = field(default_factory=list)
+    """The tables compacted first (:mod:`scheduler_core.services.tables`): rows moved from
+    their last pages write the indexes again, so these are rebuilt afterwards if need be."""
 
 
 _after_rebuild: dict[str, int] = {}
@@ -77,9 +81,9 @@ def to_rebuild(sizes: list[IndexSize]) -> list[IndexSize]:
 
 
 def upkeep_once(*, snapshot_limit: float = SNAPSHOT_LIMIT_SECONDS) -> UpkeepReport:
-    """One look: drop unfinished copies, rebuild the indexes :func:`to_rebuild` picks. Runs
-    outside any transaction. Raises ``DatabaseError`` when a statement fails (a rebuild's copy
-    is dropped first)."""
+    """One look: drop unfinished copies, compact the tables worth it, rebuild the indexes
+    :func:`to_rebuild` picks. Runs outside any transaction. Raises ``DatabaseError`` when a
+    statement fails (a rebuild's copy is dropped first)."""
     report = UpkeepReport()
     d = driver()
     pressure = health.database_pressure()
@@ -101,6 +105,7 @@ def upkeep_once(*, snapshot_limit: float = SNAPSHOT_LIMIT_SECONDS) -> UpkeepRepo
         report.dropped = d.drop_unfinished_rebuilds(tables)
         for name in report.dropped:
             log.warning("index upkeep: dropped %s, the unfinished copy of a failed rebuild", name)
+        report.compacted = table_compaction.compact(d, tables)
         for ix in to_rebuild(d.index_sizes(tables)):
             started = time.monotonic()
             try:

@@ -35,10 +35,12 @@ from ..models import (
 )
 from .clock import DbNow, to_datetime
 from .records import (
+    Compaction,
     Failure,
     Holds,
     IndexSize,
     Lease,
+    TableSpace,
     still_open,
 )
 
@@ -224,6 +226,19 @@ class DriverCore:
 
     def release_upkeep_lock(self) -> None:
         """*Vendor.* Release the lock :meth:`try_upkeep_lock` took."""
+
+    # -- table compaction (vendor; :mod:`scheduler_core.services.tables` decides) ------------
+
+    def table_space(self, table: str, *, exact: bool = True) -> TableSpace | None:
+        """*Vendor.* The bytes ``table``'s heap takes and what its rows need packed: measured
+        (one read of the table), or with ``exact=False`` estimated from the server's statistics
+        (None when it has none yet); None where the database reuses freed pages itself."""
+        return None
+
+    def compact_table(self, table: str, cut_page: int) -> Compaction:
+        """*Vendor.* Move ``table``'s rows at or past page ``cut_page`` into the free space
+        before it, every value unchanged, then vacuum it so the emptied pages are given back."""
+        raise NotImplementedError
 
     # -- reads for the console (vendor) --------------------------------------------------------
 

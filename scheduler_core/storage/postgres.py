@@ -38,6 +38,7 @@ from .clock import to_datetime
 from .floors import FLOORS, LIMITED_FLOORS, ClaimFloors
 from .history import ROLLUP_MARGIN
 from .pg_indexes import PgIndexUpkeep
+from .pg_tables import PgTableUpkeep
 from .queues import (
     LIMITED_QUEUE,
     open_queue,
@@ -376,7 +377,7 @@ _planned_at: weakref.WeakKeyDictionary[Any, float] = weakref.WeakKeyDictionary()
 """When each connection last had its plans made again (monotonic seconds)."""
 
 
-class PostgresDriver(PgIndexUpkeep, Driver):
+class PostgresDriver(PgTableUpkeep, PgIndexUpkeep, Driver):
     """Tenure's operations on a PostgreSQL database."""
 
     vendor = "postgresql"

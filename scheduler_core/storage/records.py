@@ -280,3 +280,42 @@ class IndexSize:
         if self.entries < 0 or self.entry_bytes is None:
             return None
         return int(self.entries * self.entry_bytes / 0.9) + 2 * 8192
+
+
+@dataclass(frozen=True, kw_only=True)
+class TableSpace:
+    """One table of Tenure's as the server describes it: the bytes its heap takes and what its
+    rows need packed (PostgreSQL; the table's indexes are :class:`IndexSize`)."""
+
+    name: str
+    bytes: int
+    """The heap's size (its main fork; TOAST and indexes apart)."""
+    rows: int
+    needed_bytes: int
+    """What the rows take packed as the table's fill factor packs them, in whole pages."""
+    page_bytes: int
+    exact: bool
+    """Whether the rows were read and measured, or estimated from the server's statistics (the
+    row count at the last vacuum or analyse, the columns' average widths: below the real need,
+    so a table the estimate finds compact is)."""
+
+    @property
+    def excess_bytes(self) -> int:
+        """The bytes beyond the rows' need: free space vacuum returned to the table's use."""
+        return max(0, self.bytes - self.needed_bytes)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Compaction:
+    """What one compaction of a table did: its rows moved out of its last pages, the pages
+    vacuum then gave back."""
+
+    table: str
+    bytes_before: int
+    bytes_after: int
+    rows_moved: int
+    updates: int
+    """Statements' rows written: a row whose page still had room took more than one."""
+    rows_left: int
+    """Rows still at or past the cut when it ended: locked by a write then, or landed there by
+    an insert while the vacuum ran; the next look moves them."""

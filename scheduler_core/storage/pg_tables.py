@@ -1,0 +1,178 @@
+"""PostgreSQL's table compaction statements: how much of a table's heap its rows need, the
+no-op updates that move the rows of its last pages into the free space before them, and the
+vacuum that then gives the emptied last pages back to the file system. When a table is
+compacted, and down to which page, is decided above, in :mod:`scheduler_core.services.tables`.
+
+Why an update moves a row: PostgreSQL writes a row's new version on the row's own page when it
+fits there, and otherwise on a page its free space map says has room — after a vacuum, the
+holes a long snapshot's dead versions left. A row whose page still has room is updated again
+until the page is full of its own dead versions (read by nothing: the update finds rows by
+their place, which prunes no page). Each update sets the key column to itself: every value
+stays, no trigger of Tenure's exists, and a foreign key that did not change is not checked.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from psycopg import sql
+
+from .core import DriverCore
+from .records import Compaction, TableSpace, named_rows
+
+_SPACE = """
+    SELECT c.relname AS name, pg_relation_size(c.oid) AS bytes,
+        current_setting('block_size')::int AS page_bytes,
+        coalesce((SELECT split_part(o, '=', 2)::int FROM unnest(c.reloptions) AS o
+                  WHERE o LIKE 'fillfactor=%%'), 100) AS fillfactor,
+        a.attname AS key, c.reltuples::bigint AS rows_estimated,
+        -- The columns' average widths: no header, padding nor null bitmap, so below the
+        -- rows' real width (NULL when the table was never analysed).
+        (SELECT sum(s.avg_width) FROM pg_stats AS s JOIN pg_namespace AS n
+            ON n.nspname = s.schemaname
+         WHERE n.oid = c.relnamespace AND s.tablename = c.relname) AS width_estimated
+    FROM pg_class AS c
+    JOIN pg_index AS i ON i.indrelid = c.oid AND i.indisprimary
+    JOIN pg_attribute AS a ON a.attrelid = c.oid AND a.attnum = i.indkey[0]
+    WHERE c.oid = to_regclass(%s)
+"""
+
+_PAGE_HEADER = 24
+_ROW_OVERHEAD = 28
+"""A row's header (24 bytes, as PostgreSQL aligns it) and its line pointer (4): the most rows a
+page can hold is (page - header) / 28, 291 on 8 KiB pages."""
+
+_CHUNK_PAGES = 8
+"""Pages whose rows one statement moves: its list of places is 8 x 291 long."""
+
+TRIES = 100
+"""The most updates of one row within one round: a row alone on a page moves once some 40 of
+its versions have filled the page."""
+
+ROUNDS = 3
+"""Rounds of moving and vacuuming: a round's stragglers (rows locked by a write, rows an
+insert put past the cut while the vacuum ran) are few, and the next round moves them."""
+
+
+class PgTableUpkeep(DriverCore):
+    """The table compaction operations of :class:`~scheduler_core.storage.postgres.PostgresDriver`.
+    Each runs outside any transaction (``VACUUM`` refuses to run in one), on this thread's
+    connection, each statement in a transaction of its own."""
+
+    def _meta(self, table: str) -> dict[str, Any]:
+        with self.connection.cursor() as cur:
+            cur.execute(_SPACE, [table])
+            rows = named_rows(cur)
+        if not rows:
+            raise LookupError(f"{table}: no such table with a primary key")
+        return rows[0]
+
+    def table_space(self, table: str, *, exact: bool = True) -> TableSpace | None:
+        meta = self._meta(table)
+        page = int(meta["page_bytes"])
+        usable = (page - _PAGE_HEADER) * int(meta["fillfactor"]) // 100
+        if exact:
+            with self.connection.cursor() as cur:
+                # Each row as the heap stores it: its header, null bitmap and values, aligned
+                # to 8, plus its line pointer; one pass over the table.
+                cur.execute(
+                    sql.SQL(
+                        "SELECT count(*), "
+                        "coalesce(sum((pg_column_size(x.*) + 7) / 8 * 8 + 4), 0) FROM {} AS x"
+                    ).format(sql.Identifier(table))
+                )
+                row: Any = cur.fetchone()
+            rows, row_bytes = int(row[0]), int(row[1])
+        else:
+            if meta["width_estimated"] is None or int(meta["rows_estimated"]) < 0:
+                return None
+            rows = int(meta["rows_estimated"])
+            row_bytes = rows * (int(meta["width_estimated"]) + _ROW_OVERHEAD)
+        pages = -(-row_bytes // usable) if row_bytes else 0
+        return TableSpace(
+            name=table,
+            bytes=int(meta["bytes"]),
+            rows=rows,
+            needed_bytes=pages * page,
+            page_bytes=page,
+            exact=exact,
+        )
+
+    def compact_table(self, table: str, cut_page: int) -> Compaction:
+        meta = self._meta(table)
+        page = int(meta["page_bytes"])
+        before = int(meta["bytes"])
+        with self.connection.cursor() as cur:
+            cur.execute("SHOW lock_timeout")
+            row: Any = cur.fetchone()
+            # Never wait on a row a claim or a completion holds (SKIP LOCKED), and give up
+            # quickly on anything else: the next round, or the next look, moves what is left.
+            cur.execute("SET lock_timeout = '100ms'")
+        try:
+            moved, updates, left = self._compact_rounds(table, str(meta["key"]), cut_page, page)
+        finally:
+            with self.connection.cursor() as cur:
+                cur.execute("SELECT set_config('lock_timeout', %s, false)", [str(row[0])])
+        return Compaction(
+            table=table,
+            bytes_before=before,
+            bytes_after=self._pages(table, page) * page,
+            rows_moved=moved,
+            updates=updates,
+            rows_left=left,
+        )
+
+    def _compact_rounds(
+        self, table: str, key: str, cut_page: int, page: int
+    ) -> tuple[int, int, int]:
+        """Move the rows at or past ``cut_page`` before it and vacuum, up to :data:`ROUNDS`
+        times; the rows moved, the rows written, the rows left past the cut."""
+        per_page = (page - _PAGE_HEADER) // _ROW_OVERHEAD
+        move = sql.SQL(
+            "WITH c AS MATERIALIZED (SELECT ctid AS at FROM {t} WHERE ctid = ANY(%s::tid[]) "
+            "FOR UPDATE SKIP LOCKED) "
+            "UPDATE {t} AS x SET {k} = x.{k} FROM c WHERE x.ctid = c.at RETURNING x.ctid::text"
+        ).format(t=sql.Identifier(table), k=sql.Identifier(key))
+        past_cut = sql.SQL("SELECT count(*) FROM {} WHERE ctid >= %s::tid").format(
+            sql.Identifier(table)
+        )
+        moved = updates = left = 0
+        for _ in range(ROUNDS):
+            pages = self._pages(table, page)
+            if pages <= cut_page:
+                break
+            # From the last page down: a row that moves to a page past the cut but before the
+            # pages being emptied moves again when its new page's turn comes.
+            hi = pages
+            while hi > cut_page:
+                lo = max(cut_page, hi - _CHUNK_PAGES)
+                places = [f"({p},{i})" for p in range(lo, hi) for i in range(1, per_page + 1)]
+                for _ in range(TRIES):
+                    with self.connection.cursor() as cur:
+                        cur.execute(move, [places])
+                        new = [str(r[0]) for r in cur.fetchall()]
+                    updates += len(new)
+                    moved += sum(1 for p in new if _page(p) < lo)
+                    places = [p for p in new if _page(p) >= lo]
+                    if not places:
+                        break
+                hi = lo
+            with self.connection.cursor() as cur:
+                cur.execute(past_cut, [f"({cut_page},0)"])
+                counted: Any = cur.fetchone()
+                left = int(counted[0])
+                cur.execute(sql.SQL("VACUUM {}").format(sql.Identifier(table)))
+            if not left:
+                break
+        return moved, updates, left
+
+    def _pages(self, table: str, page: int) -> int:
+        with self.connection.cursor() as cur:
+            cur.execute("SELECT pg_relation_size(to_regclass(%s))", [table])
+            row: Any = cur.fetchone()
+        return int(row[0] or 0) // page
+
+
+def _page(place: str) -> int:
+    """The page of a row's place, ``"(page,line)"``."""
+    return int(place[1:].split(",", 1)[0])

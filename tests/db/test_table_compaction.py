@@ -1,0 +1,173 @@
+"""Table compaction (:mod:`scheduler_core.services.tables`): a table vacuum left full of holes
+gives its emptied pages back, every row's values unchanged; a table in steady use is left
+alone; rows a write holds are skipped, not waited for, and the attempt that holds one finishes
+as if nothing happened; nothing is compacted while an old snapshot is held."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import psycopg
+import pytest
+from django.db import connection
+
+from scheduler_core import job
+from scheduler_core.models import Job
+from scheduler_core.services import indexes, tables
+from scheduler_core.storage.drivers import driver
+from tests import conftest
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+postgres_only = pytest.mark.skipif(
+    connection.vendor != "postgresql", reason="PostgreSQL's vacuum gives back only a table's end"
+)
+
+
+@job(name="tests.compaction.noop", queue="compaction")
+def noop(ctx: Any, *, n: int = 0) -> None:
+    """Nothing."""
+
+
+def _sql(statement: str, params: list[Any] | None = None) -> Any:
+    with connection.cursor() as cur:
+        cur.execute(statement, params)
+        return cur.fetchone() if cur.description else None
+
+
+def _bytes(table: str = "tenure_job") -> int:
+    return int(_sql("SELECT pg_relation_size(to_regclass(%s))", [table])[0])
+
+
+def _fingerprint() -> tuple[int, str]:
+    """Every job row's every value, in key order."""
+    n, digest = _sql(
+        "SELECT count(*), md5(string_agg(x::text, '|' ORDER BY x.id)) FROM tenure_job AS x"
+    )
+    return int(n), str(digest)
+
+
+def _holes(jobs: int = 50_000) -> int:
+    """Jobs whose rows were written three times, the first two versions vacuumed away: the
+    table's first two thirds are holes, its rows in the last third, as a long snapshot leaves
+    a table once vacuum has freed what it held. The table's size."""
+    noop.enqueue_many([{"n": i} for i in range(jobs)])
+    _sql("UPDATE tenure_job SET state = 'cancelled', finished_at = now()")
+    _sql("UPDATE tenure_job SET reason = 'held back'")
+    _sql("VACUUM ANALYZE tenure_job")
+    return _bytes()
+
+
+@postgres_only
+def test_a_table_full_of_holes_gives_its_pages_back_every_value_unchanged() -> None:
+    before = _holes()
+    rows_before = _fingerprint()
+    space = driver().table_space("tenure_job")
+    assert space is not None and space.rows == 50_000
+    assert before > 2.5 * space.needed_bytes  # two versions in three are holes
+
+    report = indexes.upkeep_once()
+
+    [done] = [c for c in report.compacted if c.table == "tenure_job"]
+    assert done.bytes_before == before
+    assert done.rows_moved > 0 and done.rows_left == 0
+    assert _bytes() == done.bytes_after <= tables.CUT_SLACK * space.needed_bytes + 8192
+    assert _fingerprint() == rows_before
+    # The rows moved wrote the indexes again: the same look rebuilt those it left too large.
+    assert {name for name, _, _ in report.rebuilt} >= {"tenure_job_pkey"}
+    # Nothing is left to do, and the moved rows are found through every index.
+    assert [c.table for c in indexes.upkeep_once().compacted] == []
+    assert Job.objects.filter(state="cancelled", queue="compaction").count() == 50_000
+    assert Job.objects.filter(pk__in=[1, 25_000, 50_000]).count() <= 3
+
+
+@postgres_only
+def test_a_table_in_steady_use_is_left_alone() -> None:
+    # Jobs enqueued, claimed and finished as executors do, vacuum keeping up: whatever room the
+    # tables keep is far from what compaction is for, and no table is measured as worth it.
+    noop.enqueue_many([{"n": i} for i in range(20_000)])
+    d = driver()
+    for _ in range(100):
+        leases = d.claim(executor="t:1:steady", queues=["compaction"], limit=200)
+        for lease in leases:
+            with d.atomic():
+                d.complete(lease)
+        if _ % 10 == 9:
+            _sql("VACUUM tenure_job")
+            _sql("VACUUM tenure_attempt")
+    _sql("VACUUM ANALYZE")
+    for table in ("tenure_job", "tenure_attempt", "tenure_job_spec"):
+        space = d.table_space(table)
+        assert space is not None and space.rows > 0
+        assert space.bytes < tables.COMPACT_RATIO * space.needed_bytes, space
+        assert tables.cut_page(space) is None
+    assert tables.compact(d, ["tenure_job", "tenure_attempt", "tenure_job_spec"]) == []
+
+
+@postgres_only
+def test_a_row_a_write_holds_is_skipped_and_its_attempt_finishes_unharmed() -> None:
+    _holes()
+    d = driver()
+    # A job in the table's last third, claimed: the claim wrote its row again at the end.
+    last = int(_sql("SELECT max(id) FROM tenure_job")[0])
+    _sql("UPDATE tenure_job SET state = 'waiting', finished_at = NULL WHERE id = %s", [last])
+    _sql("VACUUM tenure_job")
+    [lease] = d.claim(executor="t:1:held", queues=["compaction"], limit=1)
+    assert lease.job_id == last
+    held = threading.Event()
+    release = threading.Event()
+
+    def hold_the_row() -> None:
+        # An attempt's write in flight: its transaction holds the job's row.
+        with psycopg.connect(conftest.test_database_url()) as other:
+            other.execute("SELECT 1 FROM tenure_job WHERE id = %s FOR UPDATE", [last])
+            held.set()
+            release.wait(60)
+
+    holder = threading.Thread(target=hold_the_row)
+    holder.start()
+    try:
+        assert held.wait(10)
+        place = _sql("SELECT ctid::text FROM tenure_job WHERE id = %s", [last])[0]
+        started = time.monotonic()
+        [done] = tables.compact(d, ["tenure_job"])
+        assert time.monotonic() - started < 60
+        # The held row was not waited for: it is where it was, and said to be left.
+        assert _sql("SELECT ctid::text FROM tenure_job WHERE id = %s", [last])[0] == place
+        assert done.rows_left >= 1
+    finally:
+        release.set()
+        holder.join(30)
+    # The attempt's fenced completion finds its row as the claim left it.
+    with d.atomic():
+        d.complete(lease)
+    j = Job.objects.get(pk=last)
+    assert (j.state, j.fence) == ("succeeded", 1)
+    # The next look moves what this one left.
+    [again] = tables.compact(d, ["tenure_job"])
+    assert again.rows_left == 0
+
+
+@postgres_only
+def test_nothing_is_compacted_while_an_old_snapshot_is_held() -> None:
+    before = _holes(30_000)
+    with psycopg.connect(conftest.test_database_url(), application_name="a report") as reader:
+        reader.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+        reader.execute("SELECT count(*) FROM tenure_job").fetchone()
+        time.sleep(1.2)
+        report = indexes.upkeep_once(snapshot_limit=1.0)
+        assert report.compacted == [] and "a snapshot has been held" in report.postponed
+        assert _bytes() == before
+        reader.rollback()
+    assert [c.table for c in indexes.upkeep_once(snapshot_limit=1.0).compacted] == ["tenure_job"]
+    assert _bytes() < before / 2
+
+
+def test_no_compaction_where_the_database_reuses_pages_itself() -> None:
+    if connection.vendor == "postgresql":
+        pytest.skip("SQLite's case")
+    noop.enqueue_many([{}])
+    assert driver().table_space("tenure_job") is None
+    assert tables.compact(driver(), ["tenure_job"]) == []
