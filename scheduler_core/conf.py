@@ -149,8 +149,8 @@ class TenureSettings:
     INDEX_UPKEEP_SECONDS: float = 600.0
     """run_scheduler, PostgreSQL: how often to look for an index of Tenure's tables that vacuum
     has emptied but cannot shrink, and rebuild it (``REINDEX INDEX CONCURRENTLY``, in a thread
-    of its own, never while a snapshot older than a minute is held); 0: never
-    (:mod:`scheduler_core.services.indexes`)."""
+    of its own, never while a snapshot older than a minute is held), after compacting the
+    tables (``TABLE_COMPACTION``); 0: never (:mod:`scheduler_core.services.indexes`)."""
     TABLE_COMPACTION: bool = True
     """run_scheduler, PostgreSQL, at each look of the index upkeep (``INDEX_UPKEEP_SECONDS``):
     move the rows of a table's last pages into the holes vacuum left before them, every value

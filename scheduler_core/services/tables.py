@@ -81,4 +81,10 @@ def compact(d: Driver, tables: Sequence[str]) -> list[Compaction]:
             result.rows_moved,
             result.rows_left,
         )
+        if result.no_room:
+            log.warning(
+                "table compaction: %s stopped early, a row found no room before page %d",
+                table,
+                cut,
+            )
     return done

@@ -59,16 +59,18 @@ class PgTableUpkeep(DriverCore):
     Each runs outside any transaction (``VACUUM`` refuses to run in one), on this thread's
     connection, each statement in a transaction of its own."""
 
-    def _meta(self, table: str) -> dict[str, Any]:
+    def _meta(self, table: str) -> dict[str, Any] | None:
+        """The table's size, page size, fill factor, key column and statistics; None for a
+        table without a primary key (none of Tenure's), whose rows it does not move."""
         with self.connection.cursor() as cur:
             cur.execute(_SPACE, [table])
             rows = named_rows(cur)
-        if not rows:
-            raise LookupError(f"{table}: no such table with a primary key")
-        return rows[0]
+        return rows[0] if rows else None
 
     def table_space(self, table: str, *, exact: bool = True) -> TableSpace | None:
         meta = self._meta(table)
+        if meta is None:
+            return None
         page = int(meta["page_bytes"])
         usable = (page - _PAGE_HEADER) * int(meta["fillfactor"]) // 100
         if exact:
@@ -100,6 +102,8 @@ class PgTableUpkeep(DriverCore):
 
     def compact_table(self, table: str, cut_page: int) -> Compaction:
         meta = self._meta(table)
+        if meta is None:
+            raise ValueError(f"{table}: no primary key to move its rows by")
         page = int(meta["page_bytes"])
         before = int(meta["bytes"])
         with self.connection.cursor() as cur:
@@ -109,7 +113,9 @@ class PgTableUpkeep(DriverCore):
             # quickly on anything else: the next round, or the next look, moves what is left.
             cur.execute("SET lock_timeout = '100ms'")
         try:
-            moved, updates, left = self._compact_rounds(table, str(meta["key"]), cut_page, page)
+            moved, updates, left, no_room = self._compact_rounds(
+                table, str(meta["key"]), cut_page, page
+            )
         finally:
             with self.connection.cursor() as cur:
                 cur.execute("SELECT set_config('lock_timeout', %s, false)", [str(row[0])])
@@ -120,13 +126,15 @@ class PgTableUpkeep(DriverCore):
             rows_moved=moved,
             updates=updates,
             rows_left=left,
+            no_room=no_room,
         )
 
     def _compact_rounds(
         self, table: str, key: str, cut_page: int, page: int
-    ) -> tuple[int, int, int]:
+    ) -> tuple[int, int, int, bool]:
         """Move the rows at or past ``cut_page`` before it and vacuum, up to :data:`ROUNDS`
-        times; the rows moved, the rows written, the rows left past the cut."""
+        times; the rows moved, the rows written, the rows left past the cut, and whether it
+        stopped because a row found no room before the cut."""
         per_page = (page - _PAGE_HEADER) // _ROW_OVERHEAD
         move = sql.SQL(
             "WITH c AS MATERIALIZED (SELECT ctid AS at FROM {t} WHERE ctid = ANY(%s::tid[]) "
@@ -137,6 +145,7 @@ class PgTableUpkeep(DriverCore):
             sql.Identifier(table)
         )
         moved = updates = left = 0
+        no_room = False
         for _ in range(ROUNDS):
             pages = self._pages(table, page)
             if pages <= cut_page:
@@ -154,17 +163,20 @@ class PgTableUpkeep(DriverCore):
                     updates += len(new)
                     moved += sum(1 for p in new if _page(p) < lo)
                     places = [p for p in new if _page(p) >= lo]
-                    if not places:
+                    # A row written past the table's end: the holes before the cut are full.
+                    # Moving more would only write rows again; the vacuum below still runs.
+                    no_room = any(_page(p) >= pages for p in places)
+                    if not places or no_room:
                         break
-                hi = lo
+                hi = cut_page if no_room else lo
             with self.connection.cursor() as cur:
                 cur.execute(past_cut, [f"({cut_page},0)"])
                 counted: Any = cur.fetchone()
                 left = int(counted[0])
                 cur.execute(sql.SQL("VACUUM {}").format(sql.Identifier(table)))
-            if not left:
+            if not left or no_room:
                 break
-        return moved, updates, left
+        return moved, updates, left, no_room
 
     def _pages(self, table: str, page: int) -> int:
         with self.connection.cursor() as cur:

@@ -319,3 +319,6 @@ class Compaction:
     rows_left: int
     """Rows still at or past the cut when it ended: locked by a write then, or landed there by
     an insert while the vacuum ran; the next look moves them."""
+    no_room: bool = False
+    """It stopped because a moved row found no room before the cut and was written past the
+    table's end: the cut was too tight (or others' inserts had taken the holes)."""

@@ -165,6 +165,30 @@ def test_nothing_is_compacted_while_an_old_snapshot_is_held() -> None:
     assert _bytes() < before / 2
 
 
+@postgres_only
+def test_a_cut_with_no_room_before_it_stops_instead_of_writing_rows_again() -> None:
+    before = _holes(30_000)
+    rows_before = _fingerprint()
+    d = driver()
+    # The rows cannot all fit before page 10: they fill the holes, the first that then finds no
+    # room is written past the table's end, and the compaction stops there rather than moving
+    # rows round and round (a hundred writes a row, were it to go on).
+    done = d.compact_table("tenure_job", 10)
+    assert done.no_room and done.rows_left > 0
+    assert done.updates < 3 * 30_000
+    assert done.bytes_after <= before + 8 * 8192
+    assert _fingerprint() == rows_before
+
+
+@postgres_only
+def test_turned_off_it_moves_nothing(settings: Any) -> None:
+    settings.TENURE_TABLE_COMPACTION = False
+    before = _holes(30_000)
+    rows_before = _fingerprint()
+    assert indexes.upkeep_once().compacted == []
+    assert _bytes() == before and _fingerprint() == rows_before
+
+
 def test_no_compaction_where_the_database_reuses_pages_itself() -> None:
     if connection.vendor == "postgresql":
         pytest.skip("SQLite's case")
