@@ -10,11 +10,11 @@ the snapshot made it until its history is pruned, and a backup, a replica and th
 it meanwhile (docs/operations.md, "Table compaction").
 
 A look of ``run_scheduler``'s upkeep (:mod:`scheduler_core.services.indexes`, which calls
-:func:`compact` before it rebuilds indexes) measures each table whose statistics say it may be
-worth it, and compacts one larger than :data:`COMPACT_RATIO` times what its rows need and by at
-least :data:`COMPACT_MIN_BYTES`: its rows past the page where the rows fit
-(:data:`CUT_SLACK` more than packed) are moved, every value unchanged, into the holes before
-it, and a vacuum gives the emptied pages back. The statements are the driver's
+:func:`compact` before it rebuilds indexes) vacuums and reads, page by page, each table whose statistics
+say it may be worth it, and finds the first page before which the holes hold every row from
+it on (:data:`ROOM_MARGIN`); if that gives back at least a sixth of the table and
+:data:`COMPACT_MIN_BYTES`, the rows from that page on are moved, every value unchanged, into
+the holes before it, and a vacuum gives the emptied pages back. The statements are the driver's
 (:mod:`scheduler_core.storage.pg_tables`). ``TENURE_TABLE_COMPACTION = False`` turns it off.
 """
 
@@ -26,29 +26,49 @@ from collections.abc import Sequence
 
 from ..conf import tenure_settings
 from ..storage.base import Driver
-from ..storage.records import Compaction, TableSpace
+from ..storage.records import Compaction, PageUse
 
 log = logging.getLogger("tenure.tables")
 
 COMPACT_RATIO = 1.2
-"""A table is compacted once its heap is larger than this many times what its rows need. A
-table in steady use keeps some room (versions not yet vacuumed, holes smaller than a row), well
-below this (``tests/db/test_table_compaction.py::test_a_table_in_steady_use_is_left_alone``)."""
+"""A table is looked at once its heap is larger than this many times what its statistics say
+its rows need (an estimate below the truth), and compacted only if moving rows gives back at
+least ``1 - 1/COMPACT_RATIO`` of it (a sixth). A table in steady use keeps some room (versions
+not yet vacuumed, holes smaller than a row), well below this
+(``tests/db/test_table_compaction.py::test_a_table_in_steady_use_is_left_alone``)."""
 COMPACT_MIN_BYTES = 8 << 20
-"""...and larger by at least this many bytes (8 MiB): moving rows writes each one again."""
-CUT_SLACK = 1.03
-"""The rows are moved to before the page where they would end packed this much looser: rows
-moved into holes leave smaller holes behind, and a cut too tight would have the last rows find
-no room before it (then the database adds pages at the end, and nothing is given back)."""
+"""...and at least this many bytes (8 MiB): moving rows writes each one again."""
+ROOM_MARGIN = 1.25
+"""The holes before the cut must hold this many times the rows past it, and
+:data:`ROOM_RESERVE_ROWS` more: the jobs enqueued, claimed and finished while the rows move
+take holes too, and a row does not fit a hole smaller than itself. Were the holes to run out,
+the rows left would be written past the table's end and nothing given back."""
+ROOM_RESERVE_ROWS = 5_000
 
 
-def cut_page(space: TableSpace) -> int | None:
-    """The page from which ``space``'s rows are to be moved, or None when the table is not
-    worth compacting."""
-    need = max(space.needed_bytes, space.page_bytes)
-    if space.bytes <= COMPACT_RATIO * need or space.bytes - need < COMPACT_MIN_BYTES:
+def cut_page(use: PageUse) -> int | None:
+    """The page from which ``use``'s rows are to be moved into the holes before it — the
+    first page before which there is room for every row from it on — or None when that gives
+    back too little to be worth the writes."""
+    total = sum(use.rows)
+    if total == 0:
+        return None  # nothing to move: vacuum gives an empty table's pages back itself
+    row = max(1, sum(use.used) // total)
+    room = 0
+    after = total
+    cut = None
+    for page, (n, used) in enumerate(zip(use.rows, use.used, strict=True)):
+        if room >= ROOM_MARGIN * after + ROOM_RESERVE_ROWS:
+            cut = page
+            break
+        room += max(0, use.usable_bytes - used) // row
+        after -= n
+    if cut is None:
         return None
-    return int(need * CUT_SLACK) // space.page_bytes + 1
+    gain = use.bytes - cut * use.page_bytes
+    if gain < COMPACT_MIN_BYTES or gain < (1 - 1 / COMPACT_RATIO) * use.bytes:
+        return None
+    return cut
 
 
 def compact(d: Driver, tables: Sequence[str]) -> list[Compaction]:
@@ -59,12 +79,14 @@ def compact(d: Driver, tables: Sequence[str]) -> list[Compaction]:
         return []
     done = []
     for table in tables:
-        estimate = d.table_space(table, exact=False)
-        if estimate is not None and cut_page(estimate) is None:
+        estimate = d.table_space(table)
+        if estimate is None or estimate.bytes <= max(
+            COMPACT_RATIO * estimate.needed_bytes, COMPACT_MIN_BYTES
+        ):
             continue  # the statistics, which put the need below the truth, find it compact
-        space = d.table_space(table)
-        cut = None if space is None else cut_page(space)
-        if space is None or cut is None:
+        use = d.page_use(table)
+        cut = None if use is None else cut_page(use)
+        if use is None or cut is None:
             continue
         started = time.monotonic()
         result = d.compact_table(table, cut)
@@ -76,8 +98,8 @@ def compact(d: Driver, tables: Sequence[str]) -> list[Compaction]:
             result.bytes_before / 1e6,
             result.bytes_after / 1e6,
             time.monotonic() - started,
-            space.rows,
-            space.needed_bytes / 1e6,
+            sum(use.rows),
+            use.needed_bytes / 1e6,
             result.rows_moved,
             result.rows_left,
         )

@@ -40,6 +40,7 @@ from .records import (
     Holds,
     IndexSize,
     Lease,
+    PageUse,
     TableSpace,
     still_open,
 )
@@ -229,10 +230,15 @@ class DriverCore:
 
     # -- table compaction (vendor; :mod:`scheduler_core.services.tables` decides) ------------
 
-    def table_space(self, table: str, *, exact: bool = True) -> TableSpace | None:
-        """*Vendor.* The bytes ``table``'s heap takes and what its rows need packed: measured
-        (one read of the table), or with ``exact=False`` estimated from the server's statistics
-        (None when it has none yet); None where the database reuses freed pages itself."""
+    def table_space(self, table: str) -> TableSpace | None:
+        """*Vendor.* The bytes ``table``'s heap takes and an estimate of what its rows need, from
+        the server's statistics (None when it has none yet); None where the database reuses
+        freed pages itself."""
+        return None
+
+    def page_use(self, table: str) -> PageUse | None:
+        """*Vendor.* Vacuum ``table``, then read where its rows are, page by page (one read of
+        the table); None where the database reuses freed pages itself."""
         return None
 
     def compact_table(self, table: str, cut_page: int) -> Compaction:

@@ -18,7 +18,7 @@ from typing import Any
 from psycopg import sql
 
 from .core import DriverCore
-from .records import Compaction, TableSpace, named_rows
+from .records import Compaction, PageUse, TableSpace, named_rows
 
 _SPACE = """
     SELECT c.relname AS name, pg_relation_size(c.oid) AS bytes,
@@ -67,37 +67,51 @@ class PgTableUpkeep(DriverCore):
             rows = named_rows(cur)
         return rows[0] if rows else None
 
-    def table_space(self, table: str, *, exact: bool = True) -> TableSpace | None:
+    def table_space(self, table: str) -> TableSpace | None:
         meta = self._meta(table)
-        if meta is None:
+        if meta is None or meta["width_estimated"] is None or int(meta["rows_estimated"]) < 0:
             return None
         page = int(meta["page_bytes"])
+        rows = int(meta["rows_estimated"])
+        row_bytes = rows * (int(meta["width_estimated"]) + _ROW_OVERHEAD)
         usable = (page - _PAGE_HEADER) * int(meta["fillfactor"]) // 100
-        if exact:
-            with self.connection.cursor() as cur:
-                # Each row as the heap stores it: its header, null bitmap and values, aligned
-                # to 8, plus its line pointer; one pass over the table.
-                cur.execute(
-                    sql.SQL(
-                        "SELECT count(*), "
-                        "coalesce(sum((pg_column_size(x.*) + 7) / 8 * 8 + 4), 0) FROM {} AS x"
-                    ).format(sql.Identifier(table))
-                )
-                row: Any = cur.fetchone()
-            rows, row_bytes = int(row[0]), int(row[1])
-        else:
-            if meta["width_estimated"] is None or int(meta["rows_estimated"]) < 0:
-                return None
-            rows = int(meta["rows_estimated"])
-            row_bytes = rows * (int(meta["width_estimated"]) + _ROW_OVERHEAD)
-        pages = -(-row_bytes // usable) if row_bytes else 0
         return TableSpace(
             name=table,
             bytes=int(meta["bytes"]),
             rows=rows,
-            needed_bytes=pages * page,
+            needed_bytes=-(-row_bytes // usable) * page if row_bytes else 0,
             page_bytes=page,
-            exact=exact,
+        )
+
+    def page_use(self, table: str) -> PageUse | None:
+        meta = self._meta(table)
+        if meta is None:
+            return None
+        page = int(meta["page_bytes"])
+        with self.connection.cursor() as cur:
+            # First free the dead versions, so that what is not a live row is room a moved row
+            # can take, and the free space map the moves follow says so.
+            cur.execute(sql.SQL("VACUUM {}").format(sql.Identifier(table)))
+            cur.execute(
+                sql.SQL(
+                    "SELECT (x.ctid::text::point)[0]::bigint AS page, count(*) AS n, "
+                    "sum((pg_column_size(x.*) + 7) / 8 * 8 + 4) AS used "
+                    "FROM {} AS x GROUP BY 1"
+                ).format(sql.Identifier(table))
+            )
+            found = named_rows(cur)
+        pages = self._pages(table, page)
+        rows, used = [0] * pages, [0] * pages
+        for r in found:
+            p = int(r["page"])
+            if p < pages:  # a page added since the size was read: too new to matter
+                rows[p], used[p] = int(r["n"]), int(r["used"])
+        return PageUse(
+            name=table,
+            page_bytes=page,
+            usable_bytes=(page - _PAGE_HEADER) * int(meta["fillfactor"]) // 100,
+            rows=rows,
+            used=used,
         )
 
     def compact_table(self, table: str, cut_page: int) -> Compaction:

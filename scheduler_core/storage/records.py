@@ -284,25 +284,46 @@ class IndexSize:
 
 @dataclass(frozen=True, kw_only=True)
 class TableSpace:
-    """One table of Tenure's as the server describes it: the bytes its heap takes and what its
-    rows need packed (PostgreSQL; the table's indexes are :class:`IndexSize`)."""
+    """One table of Tenure's as the server's statistics describe it: the bytes its heap takes
+    and an estimate of what its rows need (PostgreSQL; the table's indexes are
+    :class:`IndexSize`)."""
 
     name: str
     bytes: int
     """The heap's size (its main fork; TOAST and indexes apart)."""
     rows: int
     needed_bytes: int
-    """What the rows take packed as the table's fill factor packs them, in whole pages."""
+    """What the rows take packed as the table's fill factor packs them, in whole pages: from
+    the row count at the last vacuum or analyse and the columns' average widths, which leave
+    out padding and null bitmaps — so below the truth, and a table this finds compact is."""
     page_bytes: int
-    exact: bool
-    """Whether the rows were read and measured, or estimated from the server's statistics (the
-    row count at the last vacuum or analyse, the columns' average widths: below the real need,
-    so a table the estimate finds compact is)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class PageUse:
+    """Where a table's rows are, page by page of its heap, as one read of the table found them
+    right after a vacuum (PostgreSQL)."""
+
+    name: str
+    page_bytes: int
+    usable_bytes: int
+    """What a page holds at the table's fill factor."""
+    rows: list[int]
+    """Per page, the live rows on it."""
+    used: list[int]
+    """Per page, the bytes those rows take: each row's header, null bitmap and values aligned
+    to 8, and its line pointer."""
 
     @property
-    def excess_bytes(self) -> int:
-        """The bytes beyond the rows' need: free space vacuum returned to the table's use."""
-        return max(0, self.bytes - self.needed_bytes)
+    def bytes(self) -> int:
+        """The heap's size."""
+        return len(self.rows) * self.page_bytes
+
+    @property
+    def needed_bytes(self) -> int:
+        """What the rows would take packed, in whole pages."""
+        total = sum(self.used)
+        return -(-total // self.usable_bytes) * self.page_bytes if total else 0
 
 
 @dataclass(frozen=True, kw_only=True)
