@@ -1,6 +1,7 @@
-"""PostgreSQL's table compaction statements: how much of a table's heap its rows need, the
-no-op updates that move the rows of its last pages into the free space before them, and the
-vacuum that then gives the emptied last pages back to the file system. When a table is
+"""PostgreSQL's table compaction statements: what the statistics say a table's rows need,
+where its rows are page by page, the no-op updates that move the rows of its last pages into
+the free space before them, and the vacuum that then gives the emptied last pages back to the
+file system. When a table is
 compacted, and down to which page, is decided above, in :mod:`scheduler_core.services.tables`.
 
 Why an update moves a row: PostgreSQL writes a row's new version on the row's own page when it
