@@ -5,9 +5,9 @@ Vacuum frees a table's dead row versions and lets later rows reuse the room, but
 back to the file system only from the table's end, and only those wholly empty. After a
 snapshot was held for minutes every claim and completion of that time left versions behind;
 once vacuum frees them the table keeps holes all through the pages written then, and with
-finished jobs kept as history the last pages are never empty. So the table stays as large as
-the snapshot made it until its history is pruned, and a backup, a replica and the cache carry
-it meanwhile (docs/operations.md, "Table compaction").
+finished jobs kept as history the last pages are never empty. So the table keeps the size the
+snapshot gave it (later rows fill its holes; pruning the history makes more holes, not a
+smaller file), and a backup, a replica and the cache carry it (docs/operations.md, "Table compaction").
 
 A look of ``run_scheduler``'s upkeep (:mod:`scheduler_core.services.indexes`, which calls
 :func:`compact` before it rebuilds indexes) vacuums and reads, page by page, each table whose statistics

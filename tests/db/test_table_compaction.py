@@ -80,7 +80,6 @@ def test_a_table_full_of_holes_gives_its_pages_back_every_value_unchanged() -> N
     # Nothing is left to do, and the moved rows are found through every index.
     assert [c.table for c in indexes.upkeep_once().compacted] == []
     assert Job.objects.filter(state="cancelled", queue="compaction").count() == 50_000
-    assert Job.objects.filter(pk__in=[1, 25_000, 50_000]).count() <= 3
 
 
 def _through(jobs: int, *, batch: int = 50) -> None:
