@@ -9,6 +9,13 @@ keys are never written again (docs/operations.md, "A long transaction"). ``run_s
 looks every ``INDEX_UPKEEP_SECONDS`` (10 minutes) and rebuilds, one at a time and without
 blocking writes (``REINDEX INDEX CONCURRENTLY``), each index larger than
 :data:`REBUILD_RATIO` times what its entries need and by at least :data:`REBUILD_MIN_BYTES`.
+Two events lower the bar for one look, because the room they leave is not taken again by the
+ordinary run: a look after a snapshot older than :data:`SNAPSHOT_LIMIT_SECONDS` was seen
+(each process samples once a minute) rebuilds what is :data:`REBUILD_RATIO_AFTER_HOLD` times
+its need, and every index of a table the same look compacted
+(:mod:`scheduler_core.services.tables`) is rebuilt, whatever its ratio, once it holds
+:data:`REBUILD_MIN_BYTES`: each moved row wrote a new entry in it and left the old one's room
+behind, in a key range the ordinary run seldom writes again.
 
 It waits while a snapshot older than :data:`SNAPSHOT_LIMIT_SECONDS` is held (a rebuild waits
 for every older snapshot to end, holding off vacuum of the table meanwhile, and the entries the
@@ -41,8 +48,16 @@ filled in random key order ends about 1.3 times its freshly built size, so none 
 that (``tests/db/test_index_upkeep.py::test_an_index_filled_in_random_key_order_is_left_alone``)."""
 REBUILD_MIN_BYTES = 1 << 20
 """...and larger by at least this many bytes (1 MiB): a rebuild must be worth its reads."""
+REBUILD_RATIO_AFTER_HOLD = 1.1
+"""The ratio of the first look after a held snapshot was seen: the entries the snapshot kept
+were written where the ordinary run will not write again (the primary keys' rising keys, the
+attempts' job-and-fence index), so an index 10 % above its need after one stays so. An index
+filled in random key order is rebuilt by such a look too, once per held snapshot, not every
+look (``tests/db/test_index_upkeep.py::test_a_look_after_a_held_snapshot_rebuilds_what_it_left``)."""
 SNAPSHOT_LIMIT_SECONDS = health.HELD_BACK_AFTER_SECONDS
 """No rebuild while a snapshot older than this (60 s) is held."""
+SAMPLE_SECONDS = 60.0
+"""How often ``run_scheduler`` looks at the oldest snapshot between looks."""
 
 
 @dataclass
@@ -57,7 +72,10 @@ class UpkeepReport:
     """Why nothing was looked at ("" when the look ran)."""
     compacted: list[Compaction] = field(default_factory=list)
     """The tables compacted first (:mod:`scheduler_core.services.tables`): rows moved from
-    their last pages write the indexes again, so these are rebuilt afterwards if need be."""
+    their last pages write the indexes again, so each index of theirs of at least
+    :data:`REBUILD_MIN_BYTES` is rebuilt afterwards."""
+    after_hold: bool = False
+    """Whether this look followed a held snapshot (:data:`REBUILD_RATIO_AFTER_HOLD`)."""
 
 
 _after_rebuild: dict[str, int] = {}
@@ -66,25 +84,41 @@ is :data:`REBUILD_RATIO` times that too, so an index whose need the estimate put
 rebuilt once, not every look."""
 
 
-def to_rebuild(sizes: list[IndexSize]) -> list[IndexSize]:
-    """The indexes of ``sizes`` worth rebuilding, largest excess first; an index whose need is
-    unknown (its table never vacuumed nor analysed) is left alone."""
+def to_rebuild(
+    sizes: list[IndexSize],
+    *,
+    ratio: float = REBUILD_RATIO,
+    rewritten: frozenset[str] = frozenset(),
+) -> list[IndexSize]:
+    """The indexes of ``sizes`` worth rebuilding, largest excess first: those ``ratio`` times
+    their need, and those of the tables in ``rewritten`` (compacted this look) of at least
+    :data:`REBUILD_MIN_BYTES`. Otherwise an index whose need is unknown (its table never
+    vacuumed nor analysed) is left alone."""
     out = []
     for ix in sizes:
+        if ix.table in rewritten and ix.bytes >= REBUILD_MIN_BYTES:
+            # The estimate counts no deduplication, so it puts an index of many equal keys
+            # above its need; the moved rows' room is there whatever the estimate says.
+            out.append(ix)
+            continue
         need = ix.needed_bytes
         if need is None:
             continue
         floor = max(need, _after_rebuild.get(ix.name, 0))
-        if ix.bytes > REBUILD_RATIO * floor and ix.bytes - floor >= REBUILD_MIN_BYTES:
+        if ix.bytes > ratio * floor and ix.bytes - floor >= REBUILD_MIN_BYTES:
             out.append(ix)
     return sorted(out, key=lambda ix: ix.bytes - (ix.needed_bytes or 0), reverse=True)
 
 
-def upkeep_once(*, snapshot_limit: float = SNAPSHOT_LIMIT_SECONDS) -> UpkeepReport:
+def upkeep_once(
+    *, snapshot_limit: float = SNAPSHOT_LIMIT_SECONDS, after_hold: bool = False
+) -> UpkeepReport:
     """One look: drop unfinished copies, compact the tables worth it, rebuild the indexes
-    :func:`to_rebuild` picks. Runs outside any transaction. Raises ``DatabaseError`` when a
-    statement fails (a rebuild's copy is dropped first)."""
-    report = UpkeepReport()
+    :func:`to_rebuild` picks (at :data:`REBUILD_RATIO_AFTER_HOLD` when ``after_hold``: a
+    snapshot older than ``snapshot_limit`` was seen since the last look). Runs outside any
+    transaction. Raises ``DatabaseError`` when a statement fails (a rebuild's copy is dropped
+    first)."""
+    report = UpkeepReport(after_hold=after_hold)
     d = driver()
     pressure = health.database_pressure()
     if pressure is None:
@@ -106,7 +140,9 @@ def upkeep_once(*, snapshot_limit: float = SNAPSHOT_LIMIT_SECONDS) -> UpkeepRepo
         for name in report.dropped:
             log.warning("index upkeep: dropped %s, the unfinished copy of a failed rebuild", name)
         report.compacted = table_compaction.compact(d, tables)
-        for ix in to_rebuild(d.index_sizes(tables)):
+        rewritten = frozenset(c.table for c in report.compacted if c.rows_moved)
+        ratio = REBUILD_RATIO_AFTER_HOLD if after_hold else REBUILD_RATIO
+        for ix in to_rebuild(d.index_sizes(tables), ratio=ratio, rewritten=rewritten):
             started = time.monotonic()
             try:
                 after = d.rebuild_index(ix.name)
@@ -145,21 +181,46 @@ def not_owner(e: BaseException) -> bool:
 class IndexUpkeep:
     """``run_scheduler``'s index upkeep: :func:`upkeep_once` in a thread of its own (a rebuild of
     a big index takes minutes; the rounds, and the reaper in them, go on meanwhile), first one
-    interval after the start, then every interval, never two at once."""
+    interval after the start, then every interval, never two at once. Between looks it samples
+    the oldest snapshot every :data:`SAMPLE_SECONDS`, so the look after one was held longer than
+    :data:`SNAPSHOT_LIMIT_SECONDS` knows it (``after_hold``) even if the snapshot ended between
+    looks."""
 
-    def __init__(self, *, every: float | None = None) -> None:
+    def __init__(self, *, every: float | None = None, sample_every: float = SAMPLE_SECONDS) -> None:
         self.every = tenure_settings().INDEX_UPKEEP_SECONDS if every is None else every
+        self.sample_every = sample_every
         self._next_at = time.monotonic() + self.every
+        self._next_sample = time.monotonic()
         self._thread: threading.Thread | None = None
+        self.held_seen = False
+        """A snapshot older than the limit was seen since the last look that ran."""
+        self.last: UpkeepReport | None = None
+        """What the last look did (None before the first, or when it failed)."""
+
+    def sample(self) -> None:
+        """Note whether a snapshot older than :data:`SNAPSHOT_LIMIT_SECONDS` is held now."""
+        pressure = health.database_pressure()
+        if pressure is not None and pressure["oldest_snapshot_seconds"] > SNAPSHOT_LIMIT_SECONDS:
+            self.held_seen = True
 
     def poll(self) -> bool:
-        """Start a look if one is due and none is running; whether one started."""
-        if self.every <= 0 or time.monotonic() < self._next_at:
+        """Sample the oldest snapshot if due; start a look if one is due and none is running;
+        whether one started."""
+        if self.every <= 0:
+            return False
+        now = time.monotonic()
+        if now >= self._next_sample:
+            self._next_sample = now + self.sample_every
+            self.sample()
+        if now < self._next_at:
             return False
         if self._thread is not None and self._thread.is_alive():
             return False
-        self._next_at = time.monotonic() + self.every
-        self._thread = threading.Thread(target=self._run, name="tenure-index-upkeep", daemon=True)
+        self._next_at = now + self.every
+        after_hold, self.held_seen = self.held_seen, False
+        self._thread = threading.Thread(
+            target=self._run, args=(after_hold,), name="tenure-index-upkeep", daemon=True
+        )
         self._thread.start()
         return True
 
@@ -169,10 +230,11 @@ class IndexUpkeep:
         if self._thread is not None:
             self._thread.join(timeout)
 
-    def _run(self) -> None:
+    def _run(self, after_hold: bool) -> None:
         d = driver()
+        report = None
         try:
-            upkeep_once()
+            report = upkeep_once(after_hold=after_hold)
         except DatabaseError as e:
             if not_owner(e):
                 # Only a table's owner may rebuild its indexes: no later look would do better.
@@ -185,5 +247,10 @@ class IndexUpkeep:
             else:
                 log.warning("index upkeep failed (%s); next look in %.0f s", e, self.every)
         finally:
+            if report is None or report.postponed:
+                # The look did not run (or the snapshot is still held): the next one is the
+                # look after the hold.
+                self.held_seen = self.held_seen or after_hold or bool(report and report.postponed)
+            self.last = report
             # This thread's own connection: nothing else uses it.
             d.connection.close()
