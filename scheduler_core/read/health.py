@@ -14,7 +14,7 @@ from ..domain.states import State
 from ..models import Attempt, CountSnapshot, Executor, Job, Queue, StaleWrite
 from ..storage.clock import DbNow, DbNowLessLeaseShare
 from ..storage.drivers import driver
-from ..storage.records import IndexSize
+from ..storage.records import IndexSize, TableSpace
 
 
 def state_counts() -> dict[str, int]:
@@ -337,6 +337,15 @@ def index_sizes() -> list[IndexSize]:
     and what ``run_scheduler``'s index upkeep decides from
     (:mod:`scheduler_core.services.indexes`)."""
     return driver().index_sizes(tenure_tables())
+
+
+def table_spaces() -> list[TableSpace]:
+    """Tenure's tables, each heap's size beside the statistics' estimate of what its rows need
+    (PostgreSQL, tables with statistics; empty where the database reuses freed pages itself):
+    what ``/metrics`` shows, and the gate of ``run_scheduler``'s table compaction
+    (:mod:`scheduler_core.services.tables`)."""
+    d = driver()
+    return [s for s in (d.table_space(t) for t in tenure_tables()) if s is not None]
 
 
 HELD_BACK_AFTER_SECONDS = 60.0

@@ -14,7 +14,9 @@ Two kinds of figure, kept apart by name:
   ``tenure_db_leases_reaped_total``, on PostgreSQL what holds vacuum back
   (``tenure_db_oldest_snapshot_seconds``, ``tenure_db_job_dead_rows``, ``tenure_db_held_back``)
   and each index's size beside what its entries need (``tenure_db_index_bytes{index,table}``,
-  ``tenure_db_index_needed_bytes{index,table}``: the index upkeep's figures), and gauge
+  ``tenure_db_index_needed_bytes{index,table}``: the index upkeep's figures) and each table's
+  beside what its rows need (``tenure_db_table_bytes{table}``,
+  ``tenure_db_table_needed_bytes{table}``: the table compaction's gate), and gauge
   histograms over the last hour
   ``tenure_db_attempt_duration_seconds`` and ``tenure_db_claim_latency_seconds``.
   ``tenure_db_up`` is 0 when the database could not be read.
@@ -211,6 +213,24 @@ class DatabaseCollector(Collector):
                     need.add_metric([ix.name, ix.table], ix.needed_bytes)
             yield size
             yield need
+        spaces = health.table_spaces()
+        if spaces:
+            heap = GaugeMetricFamily(
+                "tenure_db_table_bytes",
+                "Size of each of Tenure's tables (its heap: TOAST and indexes apart)",
+                labels=["table"],
+            )
+            rows_need = GaugeMetricFamily(
+                "tenure_db_table_needed_bytes",
+                "What each table's rows need packed, estimated from its statistics (rows at the "
+                "last vacuum or analyse x average width): below the truth",
+                labels=["table"],
+            )
+            for t in spaces:
+                heap.add_metric([t.name], t.bytes)
+                rows_need.add_metric([t.name], t.needed_bytes)
+            yield heap
+            yield rows_need
         yield _gauge_histogram(
             "tenure_db_attempt_duration_seconds",
             "Durations of attempts that finished in the last hour",

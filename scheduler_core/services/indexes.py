@@ -10,8 +10,8 @@ looks every ``INDEX_UPKEEP_SECONDS`` (10 minutes) and rebuilds, one at a time an
 blocking writes (``REINDEX INDEX CONCURRENTLY``), each index larger than
 :data:`REBUILD_RATIO` times what its entries need and by at least :data:`REBUILD_MIN_BYTES`.
 Two events lower the bar for one look, because the room they leave is not taken again by the
-ordinary run: a look after a snapshot older than :data:`SNAPSHOT_LIMIT_SECONDS` was seen
-(each process samples once a minute) rebuilds what is :data:`REBUILD_RATIO_AFTER_HOLD` times
+ordinary run: the first look at least :data:`HOLD_SETTLE_SECONDS` after a snapshot older
+than :data:`SNAPSHOT_LIMIT_SECONDS` was last seen (each process samples once a minute) rebuilds what is :data:`REBUILD_RATIO_AFTER_HOLD` times
 its need, and every index of a table the same look compacted
 (:mod:`scheduler_core.services.tables`) is rebuilt, whatever its ratio, once it holds
 :data:`REBUILD_MIN_BYTES`: each moved row wrote a new entry in it and left the old one's room
@@ -58,6 +58,12 @@ SNAPSHOT_LIMIT_SECONDS = health.HELD_BACK_AFTER_SECONDS
 """No rebuild while a snapshot older than this (60 s) is held."""
 SAMPLE_SECONDS = 60.0
 """How often ``run_scheduler`` looks at the oldest snapshot between looks."""
+HOLD_SETTLE_SECONDS = 300.0
+"""The look after a held snapshot is the first that starts this long after the snapshot was
+last seen held: until vacuum has run on the tables since, their statistics still count the
+versions the snapshot kept, and an index's need with them, so that look would find nothing
+above its need and the next would look as an ordinary one (the eleventh soak hour's look in
+minute 40, a few seconds after the reader ended)."""
 
 
 @dataclass
@@ -184,16 +190,25 @@ class IndexUpkeep:
     interval after the start, then every interval, never two at once. Between looks it samples
     the oldest snapshot every :data:`SAMPLE_SECONDS`, so the look after one was held longer than
     :data:`SNAPSHOT_LIMIT_SECONDS` knows it (``after_hold``) even if the snapshot ended between
-    looks."""
+    looks; that is the first look :data:`HOLD_SETTLE_SECONDS` or more after the last
+    sighting."""
 
-    def __init__(self, *, every: float | None = None, sample_every: float = SAMPLE_SECONDS) -> None:
+    def __init__(
+        self,
+        *,
+        every: float | None = None,
+        sample_every: float = SAMPLE_SECONDS,
+        settle: float = HOLD_SETTLE_SECONDS,
+    ) -> None:
         self.every = tenure_settings().INDEX_UPKEEP_SECONDS if every is None else every
         self.sample_every = sample_every
+        self.settle = settle
         self._next_at = time.monotonic() + self.every
         self._next_sample = time.monotonic()
         self._thread: threading.Thread | None = None
-        self.held_seen = False
-        """A snapshot older than the limit was seen since the last look that ran."""
+        self.held_at: float | None = None
+        """When (``time.monotonic()``) a snapshot older than the limit was last seen, if one
+        was since the last look after a hold ran; None otherwise."""
         self.last: UpkeepReport | None = None
         """What the last look did (None before the first, or when it failed)."""
 
@@ -201,7 +216,7 @@ class IndexUpkeep:
         """Note whether a snapshot older than :data:`SNAPSHOT_LIMIT_SECONDS` is held now."""
         pressure = health.database_pressure()
         if pressure is not None and pressure["oldest_snapshot_seconds"] > SNAPSHOT_LIMIT_SECONDS:
-            self.held_seen = True
+            self.held_at = time.monotonic()
 
     def poll(self) -> bool:
         """Sample the oldest snapshot if due; start a look if one is due and none is running;
@@ -217,7 +232,10 @@ class IndexUpkeep:
         if self._thread is not None and self._thread.is_alive():
             return False
         self._next_at = now + self.every
-        after_hold, self.held_seen = self.held_seen, False
+        held_at = self.held_at
+        after_hold = held_at is not None and now - held_at >= self.settle
+        if after_hold:
+            self.held_at = None
         self._thread = threading.Thread(
             target=self._run, args=(after_hold,), name="tenure-index-upkeep", daemon=True
         )
@@ -247,10 +265,11 @@ class IndexUpkeep:
             else:
                 log.warning("index upkeep failed (%s); next look in %.0f s", e, self.every)
         finally:
-            if report is None or report.postponed:
-                # The look did not run (or the snapshot is still held): the next one is the
-                # look after the hold.
-                self.held_seen = self.held_seen or after_hold or bool(report and report.postponed)
+            if report is not None and report.postponed.startswith("a snapshot"):
+                self.held_at = time.monotonic()  # held still: a sighting like a sample's
+            elif after_hold and (report is None or report.postponed) and self.held_at is None:
+                # The look after the hold did not run: the next one is it.
+                self.held_at = time.monotonic() - self.settle
             self.last = report
             # This thread's own connection: nothing else uses it.
             d.connection.close()

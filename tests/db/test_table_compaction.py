@@ -282,3 +282,33 @@ def test_no_compaction_where_the_database_reuses_pages_itself() -> None:
     assert driver().table_space("tenure_job") is None
     assert driver().page_use("tenure_job") is None
     assert tables.compact(driver(), ["tenure_job"]) == []
+
+
+def test_sqlite_metrics_show_no_table_sizes(admin_client: Any) -> None:
+    if connection.vendor == "postgresql":
+        pytest.skip("SQLite's case")
+    text = admin_client.get("/metrics").content.decode()
+    assert "tenure_db_up 1.0" in text and "tenure_db_table_bytes" not in text
+
+
+def _table_metric(text: str, name: str, table: str) -> float | None:
+    """The value of ``name`` for ``table`` in a ``/metrics`` page (None when absent)."""
+    for line in text.splitlines():
+        if line.startswith(f'{name}{{table="{table}"}}'):
+            return float(line.rsplit(" ", 1)[1])
+    return None
+
+
+@postgres_only
+def test_metrics_show_each_table_beside_what_its_rows_need(
+    admin_client: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(tables, "COMPACT_MIN_BYTES", 1 << 20)  # as in the tests above
+    before = _holes(30_000)
+    text = admin_client.get("/metrics").content.decode()
+    assert _table_metric(text, "tenure_db_table_bytes", "tenure_job") == before
+    need = _table_metric(text, "tenure_db_table_needed_bytes", "tenure_job")
+    assert need is not None and need < before / tables.COMPACT_RATIO  # what a look compacts
+    [done] = tables.compact(driver(), ["tenure_job"])
+    text = admin_client.get("/metrics").content.decode()
+    assert _table_metric(text, "tenure_db_table_bytes", "tenure_job") == done.bytes_after < before
