@@ -60,10 +60,11 @@ SAMPLE_SECONDS = 60.0
 """How often ``run_scheduler`` looks at the oldest snapshot between looks."""
 HOLD_SETTLE_SECONDS = 300.0
 """The look after a held snapshot is the first that starts this long after the snapshot was
-last seen held: until vacuum has run on the tables since, their statistics still count the
-versions the snapshot kept, and an index's need with them, so that look would find nothing
-above its need and the next would look as an ordinary one (the eleventh soak hour's look in
-minute 40, a few seconds after the reader ended)."""
+last seen held, so that vacuum has run on the tables since: until it has, their statistics may
+still count the versions the snapshot kept, and an index's need with them. This was a guess at
+why the eleventh soak hour's look after the hold left two attempt indexes above their need; the
+twelfth hour, with this wait, left them too (docs/operations.md, "Table compaction"), so the
+cause is still open."""
 
 
 @dataclass
