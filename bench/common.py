@@ -185,6 +185,8 @@ class Procs:
         self.label = label
         self.grace = grace
         self.procs: list[subprocess.Popen[bytes]] = []
+        self.logs: list[Path] = []
+        """Each process's log file, in the order started."""
         LOGS.mkdir(parents=True, exist_ok=True)
 
     def start(
@@ -192,7 +194,9 @@ class Procs:
     ) -> subprocess.Popen[bytes]:
         """Start ``cmd`` in its own process group (in ``cwd``: the checkout whose code it
         runs), output to a log file."""
-        log = open(LOGS / f"{self.label}-{len(self.procs)}.log", "wb")
+        path = LOGS / f"{self.label}-{len(self.procs)}.log"
+        self.logs.append(path)
+        log = open(path, "wb")
         p = subprocess.Popen(
             list(cmd),
             env=env,

@@ -670,12 +670,24 @@ class Sampler:
         ).fetchone()  # type: ignore[misc]
         calls, total_ms, _ = self.claim()
         sizes = self.sizes()
+        # Each index's size and the entries its statistics count: what the upkeep's need
+        # estimate reads.
+        indexes = {
+            r[0]: [int(r[1]), int(r[2])]
+            for r in self.conn.execute(
+                "SELECT i.relname, pg_relation_size(i.oid), i.reltuples::bigint FROM pg_index x "
+                "JOIN pg_class i ON i.oid = x.indexrelid "
+                "JOIN pg_stat_user_tables t ON t.relid = x.indrelid WHERE t.relname = ANY(%s)",
+                [list(self.shape.main_tables)],
+            )
+        }
         return {
             "t": t,
             "claim_calls": calls,
             "claim_total_ms": total_ms,
             "size_bytes": sum(sizes.values()),
             "sizes": sizes,
+            "indexes": indexes,
             "tables": tables,
             "oldest_xmin_age": int(xmin_age or 0),
             # Clocks of the server and of this process differ by a hair: never below zero.
@@ -896,7 +908,9 @@ def soak_system(system: System, plan: Plan, rate: float, generators: int) -> dic
             processes(f"soak-gen-{system.key}", grace=2.0) as gens,
         ):
             for cmd in system.worker_cmds(WORKER_PROCESSES):
-                workers.start(cmd, env)
+                # The scheduler says what each upkeep look saw and did (INFO), for the report.
+                extra = {"TENURE_LOG_LEVEL": "INFO"} if "run_scheduler" in cmd else {}
+                workers.start(cmd, {**env, **extra})
             for k in range(generators):
                 gens.start(
                     [
@@ -967,6 +981,7 @@ def soak_system(system: System, plan: Plan, rate: float, generators: int) -> dic
         ]
         out["claim_statements"] = sampler.claim()[2]
         out["retained"] = _retained(sampler, shape)
+        out["upkeep_log"] = _upkeep_log(workers.logs)
     finally:
         receiver.stop()
         sampler.close()
@@ -985,6 +1000,21 @@ def soak_system(system: System, plan: Plan, rate: float, generators: int) -> dic
     if receiver.total_started == 0:
         raise HarnessError(f"{system.key}: no job was processed")
     return out
+
+
+UPKEEP_LOGGERS = (" tenure.indexes ", " tenure.tables ")
+"""The loggers of the scheduler's table compaction and index upkeep."""
+
+
+def _upkeep_log(logs: list[Path]) -> list[str]:
+    """The lines of the upkeep's loggers in the processes' logs (Tenure's scheduler), in the
+    order written: what each look saw and rebuilt."""
+    lines: list[str] = []
+    for path in logs:
+        with contextlib.suppress(OSError):
+            text = path.read_text(errors="replace")
+            lines += [ln for ln in text.splitlines() if any(k in ln for k in UPKEEP_LOGGERS)]
+    return sorted(lines)
 
 
 def _retained(sampler: Sampler, shape: Shape) -> dict[str, Any]:
@@ -1412,6 +1442,20 @@ def write_report(data: dict[str, Any], out_dir: Path, stem: str) -> Path:
                 continue
             c = compact.get(name, 0)
             add(f"| `{name}` | {_mb(before[name])} MB | {_mb(c)} MB | {_mb(before[name] - c)} MB |")
+        add("")
+    for rec in data["systems"].values():
+        lines = rec.get("upkeep_log")
+        if not lines:
+            continue
+        add(
+            f"What the scheduler's table compaction and index upkeep of {rec['label']} saw and "
+            "did, each look (its log, clock time; an index as size/need MB):"
+        )
+        add("")
+        add("```")
+        for line in lines:
+            add(line)
+        add("```")
         add("")
     # ---- phases ------------------------------------------------------------------------------
     add("## Queue wait by phase")

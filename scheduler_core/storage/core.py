@@ -208,9 +208,11 @@ class DriverCore:
 
     # -- index upkeep (vendor; :mod:`scheduler_core.services.indexes` decides) ----------------
 
-    def index_sizes(self, tables: Sequence[str]) -> list[IndexSize]:
+    def index_sizes(self, tables: Sequence[str], *, counted: bool = False) -> list[IndexSize]:
         """*Vendor.* The B-tree indexes of ``tables`` that vacuum can empty but not shrink, with
-        what their entries need; empty where the database reuses freed pages itself."""
+        what their entries need; empty where the database reuses freed pages itself. With
+        ``counted``, an index over all its table's rows has them counted instead of estimated
+        (a read of each table)."""
         return []
 
     def drop_unfinished_rebuilds(self, tables: Sequence[str]) -> list[str]:

@@ -15,7 +15,7 @@ from .records import IndexSize, named_rows
 
 _INDEX_SIZES = """
     SELECT ci.relname AS name, ct.relname AS table_name, pg_relation_size(ci.oid) AS bytes,
-        ci.reltuples::bigint AS entries,
+        ci.reltuples::bigint AS entries, i.indpred IS NOT NULL AS partial,
         -- An entry: an 8-byte header, the key (its columns' average widths, padded to 8) and
         -- a 4-byte line pointer. NULL when a key column has no statistics yet, or is an
         -- expression.
@@ -51,17 +51,28 @@ class PgIndexUpkeep(DriverCore):
     Each runs outside any transaction (``REINDEX … CONCURRENTLY`` and ``DROP INDEX
     CONCURRENTLY`` refuse to run in one), on this thread's connection."""
 
-    def index_sizes(self, tables: Sequence[str]) -> list[IndexSize]:
+    def index_sizes(self, tables: Sequence[str], *, counted: bool = False) -> list[IndexSize]:
         with self.connection.cursor() as cur:
             cur.execute(_INDEX_SIZES, [list(tables)])
             rows = named_rows(cur)
+            rows_of: dict[str, int] = {}
+            if counted:
+                # One count per table (an index-only scan of its primary key, mostly): the
+                # statistics' count is what the last vacuum extrapolated from the pages it read.
+                for table in sorted({str(r["table_name"]) for r in rows if not r["partial"]}):
+                    cur.execute(sql.SQL("SELECT count(*) FROM {}").format(sql.Identifier(table)))
+                    one: Any = cur.fetchone()
+                    rows_of[table] = int(one[0])
         return [
             IndexSize(
                 name=str(r["name"]),
                 table=str(r["table_name"]),
                 bytes=int(r["bytes"]),
-                entries=int(r["entries"]),
+                entries=rows_of.get(str(r["table_name"]), int(r["entries"]))
+                if not r["partial"]
+                else int(r["entries"]),
                 entry_bytes=None if r["entry_bytes"] is None else int(r["entry_bytes"]),
+                counted=bool(rows_of) and not r["partial"],
             )
             for r in rows
         ]

@@ -272,6 +272,9 @@ class IndexSize:
     entry_bytes: int | None
     """What one entry takes on a page (header, key and line pointer, the key's width from the
     column statistics); None when a key column has none yet."""
+    counted: bool = False
+    """Whether :attr:`entries` was counted (the table's rows) rather than read from the
+    statistics (the count its table's last vacuum or analyse estimated)."""
 
     @property
     def needed_bytes(self) -> int | None:
