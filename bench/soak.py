@@ -1444,8 +1444,8 @@ def write_report(data: dict[str, Any], out_dir: Path, stem: str) -> Path:
             add(f"| `{name}` | {_mb(before[name])} MB | {_mb(c)} MB | {_mb(before[name] - c)} MB |")
         add("")
     for rec in data["systems"].values():
-        lines = rec.get("upkeep_log")
-        if not lines:
+        upkeep = rec.get("upkeep_log")
+        if not upkeep:
             continue
         add(
             f"What the scheduler's table compaction and index upkeep of {rec['label']} saw and "
@@ -1453,7 +1453,7 @@ def write_report(data: dict[str, Any], out_dir: Path, stem: str) -> Path:
         )
         add("")
         add("```")
-        for line in lines:
+        for line in upkeep:
             add(line)
         add("```")
         add("")

@@ -328,7 +328,7 @@ class JobSpec(models.Model):
 class Attempt(models.Model):
     """One try at a job: the fence it was issued, its lease (owner, expiry, last renewal,
     deadline) as the claim and renewals left it, and what became of it. A job has at most one
-    open attempt (``finished_at`` empty), a constraint of the database."""
+    open attempt (``finished_at`` empty), a constraint of the database (:class:`OpenAttempt`)."""
 
     job = models.ForeignKey(
         Job,
@@ -368,17 +368,33 @@ class Attempt(models.Model):
         db_table = "tenure_attempt"
         constraints = [
             models.UniqueConstraint(fields=["job", "fence"], name="tenure_attempt_job_fence"),
-            # One active attempt: the database refuses a second open attempt of a job, whatever
-            # a claim's statement got wrong (migration 0015; tests/db/test_one_open_attempt.py).
-            models.UniqueConstraint(
-                fields=["job"],
-                condition=Q(finished_at__isnull=True),
-                name="tenure_attempt_open",
-            ),
         ]
 
     def __str__(self) -> str:
         return f"attempt {self.number} of job {self.job_id} fence {self.fence}"
+
+
+class OpenAttempt(models.Model):
+    """The open attempt of each job that has one, keyed by the job: one active attempt, held by
+    the database. Written only by the database's triggers on ``tenure_attempt`` (migration
+    0017): an attempt inserted open, or reopened, adds its row, and one whose ``finished_at`` is
+    set, or that is deleted open, removes it; a second open attempt of a job breaks the key, so
+    its insert fails whatever a claim's statement got wrong (tests/db/test_one_open_attempt.py).
+
+    Kept apart from the attempt's row so that ending an attempt changes no column an index of
+    ``tenure_attempt`` reads: PostgreSQL then writes the ended version beside the open one
+    without a new entry in any index (a heap-only update), and the attempt's primary key and
+    job-and-fence index grow by one entry per attempt instead of two
+    (tests/db/test_one_open_attempt.py::test_ending_an_attempt_writes_no_index_entry)."""
+
+    job_id = models.BigIntegerField(primary_key=True)
+    attempt_id = models.BigIntegerField()
+
+    class Meta:
+        db_table = "tenure_open_attempt"
+
+    def __str__(self) -> str:
+        return f"open attempt {self.attempt_id} of job {self.job_id}"
 
 
 class Effect(models.Model):

@@ -11,8 +11,9 @@ blocking writes (``REINDEX INDEX CONCURRENTLY``), each index larger than
 :data:`REBUILD_RATIO` times what its entries need and by at least :data:`REBUILD_MIN_BYTES`.
 Two events lower the bar for one look, because the room they leave is not taken again by the
 ordinary run: the first look at least :data:`HOLD_SETTLE_SECONDS` after a snapshot older
-than :data:`SNAPSHOT_LIMIT_SECONDS` was last seen (each process samples once a minute) rebuilds what is :data:`REBUILD_RATIO_AFTER_HOLD` times
-its need, and every index of a table the same look compacted
+than :data:`SNAPSHOT_LIMIT_SECONDS` was last seen (each process samples once a minute) rebuilds
+what is :data:`REBUILD_RATIO_AFTER_HOLD` times its need, the entries counted (one read of each
+table) rather than taken from the statistics, and every index of a table the same look compacted
 (:mod:`scheduler_core.services.tables`) is rebuilt, whatever its ratio, once it holds
 :data:`REBUILD_MIN_BYTES`: each moved row wrote a new entry in it and left the old one's room
 behind, in a key range the ordinary run seldom writes again.

@@ -178,8 +178,9 @@ STILL_OPEN_SQL = "(tenure_attempt.finished_at IS NULL) IS TRUE"
 def still_open() -> Holds:
     """The guard "this attempt has not ended" of every write that names its attempt by key.
 
-    Written plainly, PostgreSQL may serve it from the index of open attempts
-    (``tenure_attempt_open``, migration 0015) instead of the key: statistics taken while no
+    Written plainly, PostgreSQL could serve it from the partial index of open attempts that
+    migration 0015 built (0017 replaced it by the table ``tenure_open_attempt``; the form stays
+    so that no later index of open attempts is read instead of the key): statistics taken while no
     attempt was open say that index is empty, so reading all of it (and ANDing it with the
     key's) looks free. But while a snapshot is held the index keeps an entry for every attempt
     opened since, and each completion read every one: in an hour's soak the completion with

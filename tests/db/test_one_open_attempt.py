@@ -12,7 +12,7 @@ from prometheus_client import REGISTRY
 from scheduler_core import job
 from scheduler_core.domain import states
 from scheduler_core.domain.outcomes import Decision
-from scheduler_core.models import Attempt, Job
+from scheduler_core.models import Attempt, Job, OpenAttempt
 from scheduler_core.services import reaper
 from scheduler_core.storage.drivers import driver
 from scheduler_core.storage.records import Lease
@@ -154,3 +154,69 @@ def test_0015_closes_open_attempts_that_are_not_their_jobs_current_and_fills_dea
     assert rows[stray_b].deadline_at is None
     with pytest.raises(IntegrityError), transaction.atomic():
         _open_by_hand(a.pk, 5, now)
+
+
+def _open_rows() -> dict[int, int]:
+    return dict(OpenAttempt.objects.values_list("job_id", "attempt_id"))
+
+
+def test_the_open_attempts_table_follows_every_way_an_attempt_opens_and_ends() -> None:
+    """The database keeps ``tenure_open_attempt`` (0017): a claim's attempt is in it, its end
+    takes it out, a reopened attempt is back, an open attempt deleted is gone, and an attempt
+    written already ended never enters."""
+    j = record.enqueue(n=1)
+    lease = _claim()
+    assert _open_rows() == {j.pk: lease.attempt_id}
+    driver().finish(lease, Decision(transition=states.RETRY), outcome="transient")
+    assert _open_rows() == {}
+    Attempt.objects.filter(pk=lease.attempt_id).update(finished_at=None)
+    assert _open_rows() == {j.pk: lease.attempt_id}
+    Attempt.objects.filter(pk=lease.attempt_id).delete()
+    assert _open_rows() == {}
+    now = driver().now()
+    Attempt.objects.create(
+        job_id=j.pk, number=9, fence=9, executor="hand", claimed_at=now, finished_at=now
+    )
+    assert _open_rows() == {}
+    second = _claim(executor="t:2:b")
+    assert _open_rows() == {j.pk: second.attempt_id}
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL's heap-only updates")
+def test_ending_an_attempt_writes_no_index_entry() -> None:
+    """No index of ``tenure_attempt`` reads ``finished_at`` (0017), so its end is a heap-only
+    update: the primary key and the job-and-fence index hold one entry an attempt, not two.
+    With the partial index of 0015 every end was a new entry in each."""
+    record.enqueue_many([{"n": i} for i in range(20)])
+    leases = driver().claim(executor="t:1:a", queues=["one-open"], limit=20)
+    assert len(leases) == 20
+    count = (
+        "SELECT pg_stat_get_xact_tuples_updated('tenure_attempt'::regclass), "
+        "pg_stat_get_xact_tuples_hot_updated('tenure_attempt'::regclass)"
+    )
+    with transaction.atomic(), connection.cursor() as cur:
+        for lease in leases:
+            driver().complete(lease)
+        cur.execute(count)
+        updated, heap_only = cur.fetchone()
+    assert (updated, heap_only) == (20, 20)
+    assert _open_rows() == {}
+
+
+def test_0017_moves_the_open_attempts_into_their_table_and_back(latest: None) -> None:
+    a, b = record.enqueue(n=1), record.enqueue(n=2)
+    open_a = _claim()
+    assert open_a.job_id == a.pk
+    migrate([("scheduler_core", "0016_queue_leased_index")])
+    # Under 0015's index: an attempt of b opened, and a's still open.
+    open_b = _open_by_hand(b.pk, 1, driver().now())
+    migrate([("scheduler_core", "0017_open_attempt_table")])
+    assert _open_rows() == {a.pk: open_a.attempt_id, b.pk: open_b}
+    with pytest.raises(IntegrityError), transaction.atomic():
+        _open_by_hand(a.pk, 5, driver().now())
+    migrate([("scheduler_core", "0016_queue_leased_index")])
+    # The partial index is back, and with it the refusal.
+    with pytest.raises(IntegrityError), transaction.atomic():
+        _open_by_hand(b.pk, 5, driver().now())
+    migrate([("scheduler_core", "0017_open_attempt_table")])
+    assert _open_rows() == {a.pk: open_a.attempt_id, b.pk: open_b}
