@@ -77,7 +77,8 @@ def generate(jobs: int, attempts_per_job: int) -> dict[str, float]:
             "TRUNCATE tenure_job, tenure_job_spec, tenure_attempt, tenure_effect, "
             "tenure_effect_event, "
             "tenure_executor, "
-            "tenure_stale_write, tenure_audit, tenure_count_snapshot RESTART IDENTITY CASCADE"
+            "tenure_stale_write, tenure_audit, tenure_count_snapshot, tenure_open_attempt "
+            "RESTART IDENTITY CASCADE"
         )
         cur.execute(JOBS_SQL, [jobs])
         cur.execute(SPECS_SQL)

@@ -252,7 +252,7 @@ class Tenure(System):
 
     tables = (
         "tenure_job, tenure_job_spec, tenure_attempt, tenure_effect, tenure_effect_event, "
-        "tenure_executor, tenure_stale_write, tenure_audit"
+        "tenure_executor, tenure_stale_write, tenure_audit, tenure_open_attempt"
     )
     """What :meth:`reset` empties (the spec table has no foreign key to cascade from)."""
 
@@ -323,8 +323,9 @@ class TenureBefore(Tenure):
         compile_bytecode(self.root)
         super().install()
 
-    # That revision's schema has no spec table (migration 0012 came after it).
-    tables = Tenure.tables.replace("tenure_job_spec, ", "")
+    # That revision's schema has no spec table (migration 0012 came after it), nor the table
+    # of open attempts (0017).
+    tables = Tenure.tables.replace("tenure_job_spec, ", "").replace(", tenure_open_attempt", "")
 
 
 class TenureBesideLimited(Tenure):

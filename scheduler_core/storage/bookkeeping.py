@@ -24,6 +24,7 @@ from ..models import (
     EffectEvent,
     Executor,
     Job,
+    OpenAttempt,
     Queue,
 )
 from .clock import DbNow
@@ -69,16 +70,18 @@ class Bookkeeping(DriverCore):
         Tenure's own writes never leave one: a claim opens the attempt in the statement that
         leases the job, and whatever ends the lease closes it in the same transaction. Rows
         written by hand or a defect can, and the claim passes over a job beside one (the
-        unique index of open attempts would refuse its new attempt). Closing it changes no job
+        database's rule of one open attempt would refuse its new attempt). Found through the
+        table of open attempts (migration 0017), a few rows, not by reading every attempt. Closing it changes no job
         and is safe whoever still runs it: every write of such an attempt is fenced on the job
         and already refused, and fences only grow, so it can never become current again. The
         condition is restated in the write itself, so a row that changed meanwhile is kept."""
         current = Job.objects.using(self.alias).filter(
             pk=OuterRef("job_id"), state=states.State.LEASED, fence=OuterRef("fence")
         )
+        opened = OpenAttempt.objects.using(self.alias).values("attempt_id")
         stray = (
             Attempt.objects.using(self.alias)
-            .filter(finished_at__isnull=True)
+            .filter(pk__in=opened, finished_at__isnull=True)
             .exclude(Exists(current))
         )
         found = stray.order_by("id").values("id", "job_id", "fence", "number")[:limit]

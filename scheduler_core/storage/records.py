@@ -145,8 +145,8 @@ def claimable(job: str, *, per_row: str = "") -> str:
     is closed in the transaction that ends its lease). Rows written by hand or a defect can,
     and such a job took the claim down with it: without a spec the claim leased nothing on
     PostgreSQL (a claim of one job came back empty with work due) and failed on SQLite; beside
-    an open attempt the unique index of open attempts (migration 0015) refused the claim's new
-    attempt. Either way every claim that reached the job came back empty or failed, and the
+    an open attempt the database's one-open-attempt rule (migrations 0015, 0017) refused the
+    claim's new attempt. Either way every claim that reached the job came back empty or failed, and the
     queue stopped. The claim passes over such a job instead: the reaper's sweep closes a stray
     attempt (:meth:`~scheduler_core.storage.bookkeeping.Bookkeeping.close_stray_attempts`), and
     a job without a spec stays due, which the console's verdict reports as stuck. Two probes by
