@@ -62,10 +62,10 @@ SAMPLE_SECONDS = 60.0
 HOLD_SETTLE_SECONDS = 300.0
 """The look after a held snapshot is the first that starts this long after the snapshot was
 last seen held, so that vacuum has run on the tables since: until it has, their statistics may
-still count the versions the snapshot kept, and an index's need with them. This was a guess at
-why the eleventh soak hour's look after the hold left two attempt indexes above their need; the
-twelfth hour, with this wait, left them too (docs/operations.md, "Table compaction"), so the
-cause is still open."""
+still count the versions the snapshot kept, and an index's need with them. (It was first a
+guess at why two attempt indexes ended soak hours above their need; the cause was elsewhere,
+each attempt written into them twice, which migration 0017 ended: docs/operations.md, "Table
+compaction".)"""
 
 
 @dataclass
