@@ -33,10 +33,10 @@ from .nemesis import Nemesis
 from .plan import Plan
 from .proxy import ProxyServer
 
-ONE_OPEN_ATTEMPT_OFF = "ALTER TABLE tenure_attempt DISABLE TRIGGER USER"
-"""Turns off the triggers that keep the table of open attempts (migration 0017; its key holds
-one active attempt), which the ``fence`` negative control does with the fence. Only Tenure's
-own triggers: the foreign keys' are the system's."""
+ONE_OPEN_ATTEMPT_OFF = "ALTER TABLE tenure_open_attempt DROP CONSTRAINT tenure_open_attempt_pkey"
+"""Drops the key of the table of open attempts (migration 0017; it holds one active attempt),
+which the ``fence`` negative control does with the fence. The triggers still keep the table, so
+the reaper's sweep still finds every open attempt there, stray ones included."""
 
 
 class Writer(Protocol):
