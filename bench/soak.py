@@ -25,6 +25,7 @@ import json
 import math
 import os
 import platform
+import re
 import shlex
 import shutil
 import socket
@@ -57,6 +58,12 @@ PROCRASTINATE_CONCURRENCY = 8
 CLUSTER_SETTINGS: dict[str, str] = {
     # Statement times are read from pg_stat_statements, which must be preloaded.
     "shared_preload_libraries": "pg_stat_statements",
+    # Logging only, so the report can put the server's own work beside the queue waits: each
+    # line stamped with its epoch time, every checkpoint (on by default) and every autovacuum
+    # and autoanalyze with its duration (by default only those over 10 minutes).
+    "log_line_prefix": "%n:",
+    "log_checkpoints": "on",
+    "log_autovacuum_min_duration": "0",
 }
 """Every setting the soak's cluster changes from PostgreSQL's defaults, besides its port and
 its socket folder (``var/soak/cluster``, so nothing is written where the machine's own cluster
@@ -450,6 +457,11 @@ def generate(argv: list[str]) -> None:
 # ---------------------------------------------------------------------------------------------
 
 
+SLOW_MS = 10.0
+"""A queue wait above this counts as slow in the per-second record (the first ten minutes'
+p99 is about 2 ms)."""
+
+
 class Receiver:
     """UDP receiver on the loopback; per interval, the queue waits of the jobs whose handler
     started in it, and how many jobs were enqueued in it."""
@@ -475,6 +487,12 @@ class Receiver:
         self.early: dict[int, float] = {}
         self.started = bytearray(max_seq + 1)
         self.waits = [array("d") for _ in range(n_intervals)]
+        # Per second of the run: handler starts, their longest wait and how many waited over
+        # SLOW_MS, so a bad minute can be put to the second beside the server's log.
+        self.n_seconds = math.ceil(n_intervals * interval)
+        self.sec_starts = array("l", bytes(8 * self.n_seconds))
+        self.sec_slow = array("l", bytes(8 * self.n_seconds))
+        self.sec_max = array("d", bytes(8 * self.n_seconds))
         self.enqueued = [0] * n_intervals
         self.starts = [0] * n_intervals
         self.after_end = 0
@@ -535,7 +553,14 @@ class Receiver:
         if 0 <= i < self.n:
             self.starts[i] += 1
             # The handler may report before the enqueuing call has returned.
-            self.waits[i].append(max(0.0, start_t - enq_t))
+            wait = max(0.0, start_t - enq_t)
+            self.waits[i].append(wait)
+            sec = int(start_t - self.t0)
+            if 0 <= sec < self.n_seconds:
+                self.sec_starts[sec] += 1
+                self.sec_max[sec] = max(self.sec_max[sec], wait)
+                if wait * 1000 > SLOW_MS:
+                    self.sec_slow[sec] += 1
         elif i >= self.n:
             self.after_end += 1
 
@@ -647,6 +672,31 @@ class Sampler:
             )
         }
 
+    def server(self) -> dict[str, float]:
+        """The cluster's cumulative WAL and buffer-write counters and the machine's dirty page
+        cache: what a checkpoint, a vacuum or a backend writing its own buffers costs, per
+        interval (their differences). Counters a server version lacks are left out."""
+        out: dict[str, float] = {}
+        self.admin.execute("SELECT pg_stat_clear_snapshot()")
+        for sql in (
+            "SELECT wal_records, wal_fpi, wal_bytes, wal_buffers_full FROM pg_stat_wal",
+            "SELECT checkpoints_timed, checkpoints_req, checkpoint_write_time, "
+            "checkpoint_sync_time, buffers_checkpoint, buffers_clean, buffers_backend, "
+            "buffers_backend_fsync FROM pg_stat_bgwriter",
+        ):
+            with contextlib.suppress(psycopg.Error):
+                cur = self.admin.execute(sql)
+                row = cur.fetchone()
+                names = [d.name for d in cur.description or []]
+                if row is not None:
+                    out.update({n: float(v) for n, v in zip(names, row, strict=True)})
+        with contextlib.suppress(OSError):
+            for line in Path("/proc/meminfo").read_text().splitlines():
+                key, _, rest = line.partition(":")
+                if key in ("Dirty", "Writeback"):
+                    out[f"os_{key.lower()}_bytes"] = float(rest.split()[0]) * 1024
+        return out
+
     def sample(self, t: float, receiver: Receiver | None, pids: list[int]) -> dict[str, Any]:
         """Everything the report follows per interval, at ``t`` seconds into the run."""
         self.conn.execute("SELECT pg_stat_clear_snapshot()")
@@ -697,6 +747,7 @@ class Sampler:
             "rss_bytes": _tree_rss(pids),
             "enqueued_total": receiver.total_enqueued if receiver else 0,
             "started_total": receiver.total_started if receiver else 0,
+            "server": self.server(),
         }
 
 
@@ -900,6 +951,7 @@ def soak_system(system: System, plan: Plan, rate: float, generators: int) -> dic
     empty = sampler.sizes()
     out["size_empty_bytes"] = sum(empty.values())
     out["table_options"] = sampler.table_options()
+    out["database"] = sampler.db
     reader: dict[str, Any] = {}
     try:
         env = system.env(BENCH_PING_PORT=str(receiver.port))
@@ -986,6 +1038,8 @@ def soak_system(system: System, plan: Plan, rate: float, generators: int) -> dic
         receiver.stop()
         sampler.close()
     out["samples"] = samples
+    out["t0_epoch"] = receiver.t0
+    out["seconds"] = _seconds(receiver)
     out["intervals"] = _intervals(receiver, samples, interval)
     out["receiver"] = {
         "enqueued": receiver.total_enqueued,
@@ -1015,6 +1069,73 @@ def _upkeep_log(logs: list[Path]) -> list[str]:
             text = path.read_text(errors="replace")
             lines += [ln for ln in text.splitlines() if any(k in ln for k in UPKEEP_LOGGERS)]
     return sorted(lines)
+
+
+_LOG_LINE = re.compile(r"^(\d+\.\d+):([A-Z]+):\s+(.*)$")
+_NUM = r"([\d.]+)"
+
+
+def server_log(path: Path) -> dict[str, list[dict[str, Any]]]:
+    """What the soak cluster's own log says it did (needs :data:`CLUSTER_SETTINGS`' prefix):
+    each checkpoint, each autovacuum and autoanalyze with its duration and WAL, and every
+    warning or error. Times are epoch seconds."""
+    entries: list[tuple[float, str, str]] = []
+    with contextlib.suppress(OSError):
+        for line in path.read_text(errors="replace").splitlines():
+            m = _LOG_LINE.match(line)
+            if m:
+                entries.append((float(m[1]), m[2], m[3]))
+            elif entries and line.startswith("\t"):
+                t, level, text = entries[-1]
+                entries[-1] = (t, level, f"{text}\n{line.strip()}")
+    out: dict[str, list[dict[str, Any]]] = {"checkpoints": [], "vacuums": [], "problems": []}
+    started: float | None = None
+    for t, level, text in entries:
+        if text.startswith("checkpoint starting"):
+            started = t
+        elif text.startswith("checkpoint complete"):
+            ck: dict[str, Any] = {"start": started, "end": t}
+            for key, pattern in (
+                ("buffers", r"wrote (\d+) buffers"),
+                ("write_s", rf"write={_NUM} s"),
+                ("sync_s", rf"sync={_NUM} s"),
+                ("total_s", rf"total={_NUM} s"),
+                ("sync_files", r"sync files=(\d+)"),
+                ("longest_sync_s", rf"longest={_NUM} s"),
+                ("distance_kb", r"distance=(\d+) kB"),
+            ):
+                m = re.search(pattern, text)
+                ck[key] = float(m[1]) if m else None
+            out["checkpoints"].append(ck)
+            started = None
+        elif text.startswith(("automatic vacuum", "automatic analyze")):
+            table = re.search(r'of table "([^"]+)"', text)
+            elapsed = re.search(rf"elapsed: {_NUM} s", text)
+            wal = re.search(r"WAL usage: (\d+) records, (\d+) full page images, (\d+) bytes", text)
+            secs = float(elapsed[1]) if elapsed else 0.0
+            out["vacuums"].append(
+                {
+                    "kind": "vacuum" if text.startswith("automatic vacuum") else "analyze",
+                    "table": table[1].rsplit(".", 1)[-1] if table else "?",
+                    "database": table[1].split(".", 1)[0] if table else "?",
+                    "start": t - secs,
+                    "end": t,
+                    "wal_fpi": int(wal[2]) if wal else None,
+                    "wal_bytes": int(wal[3]) if wal else None,
+                }
+            )
+        elif level in ("WARNING", "ERROR", "FATAL", "PANIC"):
+            out["problems"].append({"t": t, "level": level, "text": text[:300]})
+    return out
+
+
+def _log_time(line: str) -> float | None:
+    """Epoch seconds of a Tenure log line's clock time (``2026-12-05 20:53:41,807 ...``)."""
+    try:
+        stamp = dt.datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f")
+    except ValueError:
+        return None
+    return stamp.timestamp()
 
 
 def _retained(sampler: Sampler, shape: Shape) -> dict[str, Any]:
@@ -1085,9 +1206,35 @@ def _intervals(
                 rss_bytes=cur["rss_bytes"],
                 loadavg=cur.get("loadavg"),
                 backlog=cur["enqueued_total"] - cur["started_total"],
+                **_server_delta(prev.get("server") or {}, cur.get("server") or {}),
             )
         rows.append(row)
     return rows
+
+
+def _server_delta(prev: dict[str, float], cur: dict[str, float]) -> dict[str, float]:
+    """One interval's share of the server's counters (see :meth:`Sampler.server`)."""
+
+    def d(key: str) -> float:
+        return cur[key] - prev[key] if key in cur and key in prev else float("nan")
+
+    return {
+        "wal_bytes": d("wal_bytes"),
+        "wal_fpi": d("wal_fpi"),
+        "buffers_checkpoint": d("buffers_checkpoint"),
+        "buffers_backend": d("buffers_backend"),
+        "buffers_backend_fsync": d("buffers_backend_fsync"),
+        "os_dirty_bytes": cur.get("os_dirty_bytes", float("nan")),
+    }
+
+
+def _seconds(receiver: Receiver) -> dict[str, list[float]]:
+    """The receiver's per-second record, for the JSON (waits in ms)."""
+    return {
+        "starts": list(receiver.sec_starts),
+        "slow": list(receiver.sec_slow),
+        "max_ms": [round(x * 1000, 2) for x in receiver.sec_max],
+    }
 
 
 def _phases(receiver: Receiver, plan: Plan) -> dict[str, Any]:
@@ -1207,7 +1354,9 @@ def _f(x: Any, digits: int = 0) -> str:
 
 
 def _mb(x: Any) -> str:
-    return "n/a" if x is None else f"{x / 1e6:,.1f}"
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "n/a"
+    return f"{x / 1e6:,.1f}"
 
 
 def _yes(ok: bool) -> str:
@@ -1513,9 +1662,10 @@ def write_report(data: dict[str, Any], out_dir: Path, stem: str) -> Path:
         add("")
         add(
             "| end | enq/s | starts/s | p50 ms | p99 ms | max ms | claim ms | size MB | dead tuples "
-            "| autovacuums | oldest snapshot (xids / s) | memory MB | backlog | load |"
+            "| autovacuums | oldest snapshot (xids / s) | memory MB | backlog | load "
+            "| WAL MB | full-page images | buffers backends wrote |"
         )
-        add("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+        add("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
         for r in rows:
             add(
                 f"| {_mmss(r['end_s'])} | {_f(r['enqueued_per_s'])} | {_f(r['started_per_s'])} "
@@ -1523,7 +1673,8 @@ def write_report(data: dict[str, Any], out_dir: Path, stem: str) -> Path:
                 f"| {_f(r.get('claim_mean_ms'), 3)} | {_mb(r.get('size_bytes'))} "
                 f"| {_f(r.get('dead_tuples'))} | {_f(r.get('autovacuum_runs'))} "
                 f"| {_f(r.get('oldest_xmin_age'))} / {_f(r.get('oldest_snapshot_seconds'))} "
-                f"| {_mb(r.get('rss_bytes'))} | {_f(r.get('backlog'))} | {_f(r.get('loadavg'), 1)} |"
+                f"| {_mb(r.get('rss_bytes'))} | {_f(r.get('backlog'))} | {_f(r.get('loadavg'), 1)} "
+                f"| {_mb(r.get('wal_bytes'))} | {_f(r.get('wal_fpi'))} | {_f(r.get('buffers_backend'))} |"
             )
         add("")
         add("Claim statements (calls over the whole run):")
@@ -1531,6 +1682,7 @@ def write_report(data: dict[str, Any], out_dir: Path, stem: str) -> Path:
         for st in rec.get("claim_statements", []):
             add(f"- {st['calls']:,} calls: `{st['query'].replace('`', '')}`")
     add("")
+    _server_section(add, data)
     add("## Versions")
     add("")
     add(", ".join(f"{k} {v}" for k, v in data["versions"].items()))
@@ -1539,6 +1691,102 @@ def write_report(data: dict[str, Any], out_dir: Path, stem: str) -> Path:
     md = out_dir / f"{stem}.md"
     md.write_text("\n".join(lines))
     return md
+
+
+WORST_SECONDS = 12
+"""How many of a run's slowest seconds the report puts beside the server's work."""
+
+
+def _server_section(add: Any, data: dict[str, Any]) -> None:
+    """The server's checkpoints and the run's slowest seconds beside what the server and
+    Tenure's upkeep were doing then (from the cluster's log and the scheduler's)."""
+    log = data.get("server_log")
+    if not log:
+        return
+    add("## The server's work beside the queue waits")
+    add("")
+    add(
+        "From the soak cluster's log (every checkpoint, autovacuum and autoanalyze is logged: "
+        "see the settings above) and the per-second record of handler starts; times are "
+        "minutes:seconds into each system's run. A checkpoint spreads its writes over 90 % of "
+        "`checkpoint_timeout`, then `fsync`s every file it wrote (sync)."
+    )
+    for rec in data["systems"].values():
+        t0, per_sec = rec.get("t0_epoch"), rec.get("seconds")
+        if t0 is None or not per_sec:
+            continue
+        end = t0 + len(per_sec["starts"])
+        add("")
+        add(f"### {rec['label']}")
+        add("")
+        cks = [c for c in log["checkpoints"] if c["end"] >= t0 and (c["start"] or c["end"]) <= end]
+        add(
+            "| checkpoint started | completed | buffers written | write s | sync s | longest file sync s | WAL since the last |"
+        )
+        add("|---|---|---|---|---|---|---|")
+        for c in cks:
+            add(
+                f"| {_mmss((c['start'] or c['end']) - t0)} | {_mmss(c['end'] - t0)} "
+                f"| {_f(c['buffers'])} | {_f(c['write_s'], 1)} | {_f(c['sync_s'], 3)} "
+                f"| {_f(c['longest_sync_s'], 3)} | {_f((c['distance_kb'] or 0) / 1024, 1)} MB |"
+            )
+        vacs = [
+            v
+            for v in log["vacuums"]
+            if v["database"] == rec.get("database") and v["end"] >= t0 and v["start"] <= end
+        ]
+        events: list[tuple[float, float, str]] = []
+        for c in cks:
+            if c["start"]:
+                events.append((c["start"], c["start"], "checkpoint starts"))
+            sync = c["sync_s"] or 0.0
+            events.append(
+                (
+                    c["end"] - sync,
+                    c["end"],
+                    f"checkpoint syncs {_f(c['sync_files'])} files, {sync:.3f} s",
+                )
+            )
+        for v in vacs:
+            fpi = f", {v['wal_fpi']:,} full-page images" if v.get("wal_fpi") is not None else ""
+            events.append(
+                (
+                    v["start"],
+                    v["end"],
+                    f"auto{v['kind']} {v['table']} {v['end'] - v['start']:.2f} s{fpi}",
+                )
+            )
+        for line in rec.get("upkeep_log", []):
+            at = _log_time(line)
+            if at is not None:
+                events.append((at, at, "upkeep: " + line[24:].split(":", 1)[-1].strip()[:80]))
+        worst = sorted(range(len(per_sec["max_ms"])), key=lambda i: -per_sec["max_ms"][i])
+        add("")
+        add(
+            f"The {WORST_SECONDS} seconds with the longest queue wait, and the server's work "
+            "that overlapped the 5 seconds up to each:"
+        )
+        add("")
+        add(
+            "| second | handler starts | waits over 10 ms | longest wait ms | the server's work then |"
+        )
+        add("|---|---|---|---|---|")
+        for i in sorted(worst[:WORST_SECONDS]):
+            lo, hi = t0 + i - 5, t0 + i + 1
+            seen = [
+                f"{text} ({_mmss(a - t0)})" for a, b, text in sorted(events) if b >= lo and a <= hi
+            ]
+            add(
+                f"| {_mmss(i)} | {per_sec['starts'][i]} | {per_sec['slow'][i]} "
+                f"| {per_sec['max_ms'][i]:.1f} | {'; '.join(seen) or '-'} |"
+            )
+    if log.get("problems"):
+        add("")
+        add("The server's warnings and errors:")
+        add("")
+        for pr in log["problems"][:20]:
+            add(f"- {pr['level']}: {pr['text'].splitlines()[0]}")
+    add("")
 
 
 def _windows_from(data: dict[str, Any]) -> dict[str, tuple[float, float]]:
@@ -1716,6 +1964,7 @@ def run(plan: Plan) -> tuple[dict[str, Any], bool]:
         _log(f"FAILED: {_why(e)}")
     finally:
         cluster.stop()
+        data["server_log"] = server_log(cluster.log)
         if not plan.keep_cluster:
             shutil.rmtree(root, ignore_errors=True)
     data["elapsed_seconds"] = time.monotonic() - started
