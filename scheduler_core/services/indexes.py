@@ -57,6 +57,11 @@ filled in random key order is rebuilt by such a look too, once per held snapshot
 look (``tests/db/test_index_upkeep.py::test_a_look_after_a_held_snapshot_rebuilds_what_it_left``)."""
 SNAPSHOT_LIMIT_SECONDS = health.HELD_BACK_AFTER_SECONDS
 """No rebuild while a snapshot older than this (60 s) is held."""
+RETRY_SECONDS = 60.0
+"""A look that failed (a lock not granted within ``lock_timeout``, a connection lost) is tried
+again this long after, doubling with each failure in a row up to ``INDEX_UPKEEP_SECONDS``: the
+look after a held snapshot is the one that gives its room back, and waiting a whole interval
+after it failed left that room in place ten more minutes."""
 SAMPLE_SECONDS = 60.0
 """How often ``run_scheduler`` looks at the oldest snapshot between looks."""
 HOLD_SETTLE_SECONDS = 300.0
@@ -231,6 +236,8 @@ class IndexUpkeep:
         was since the last look after a hold ran; None otherwise."""
         self.last: UpkeepReport | None = None
         """What the last look did (None before the first, or when it failed)."""
+        self.failures = 0
+        """Looks failed in a row (:data:`RETRY_SECONDS`)."""
 
     def sample(self) -> None:
         """Note whether a snapshot older than :data:`SNAPSHOT_LIMIT_SECONDS` is held now."""
@@ -283,7 +290,12 @@ class IndexUpkeep:
                 )
                 self.every = 0
             else:
-                log.warning("index upkeep failed (%s); next look in %.0f s", e, self.every)
+                self.failures += 1
+                retry = min(self.every, RETRY_SECONDS * 2 ** (self.failures - 1))
+                self._next_at = time.monotonic() + retry
+                log.warning("index upkeep failed (%s); next look in %.0f s", e, retry)
+        else:
+            self.failures = 0
         finally:
             if report is not None and report.postponed.startswith("a snapshot"):
                 self.held_at = time.monotonic()  # held still: a sighting like a sample's

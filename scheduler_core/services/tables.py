@@ -109,4 +109,10 @@ def compact(d: Driver, tables: Sequence[str]) -> list[Compaction]:
                 table,
                 cut,
             )
+        if result.vacuum_refused:
+            log.warning(
+                "table compaction: %s, another vacuum held the table past lock_timeout; the "
+                "rows moved stay moved and a later vacuum gives their pages back",
+                table,
+            )
     return done

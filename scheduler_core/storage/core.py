@@ -240,12 +240,15 @@ class DriverCore:
 
     def page_use(self, table: str) -> PageUse | None:
         """*Vendor.* Vacuum ``table``, then read where its rows are, page by page (one read of
-        the table); None where the database reuses freed pages itself."""
+        the table); None where the database reuses freed pages itself, or while another
+        vacuum of the table holds it past ``lock_timeout`` (the next look reads it)."""
         return None
 
     def compact_table(self, table: str, cut_page: int) -> Compaction:
         """*Vendor.* Move ``table``'s rows at or past page ``cut_page`` into the free space
-        before it, every value unchanged, then vacuum it so the emptied pages are given back."""
+        before it, every value unchanged, then vacuum it so the emptied pages are given back
+        (``vacuum_refused`` when another vacuum held the table past ``lock_timeout``: the
+        rows stay moved and a later vacuum gives the pages back)."""
         raise NotImplementedError
 
     # -- reads for the console (vendor) --------------------------------------------------------

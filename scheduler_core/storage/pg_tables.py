@@ -14,8 +14,10 @@ stays, no trigger of Tenure's exists, and a foreign key that did not change is n
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
+from django.db import DatabaseError
 from psycopg import sql
 
 from .core import DriverCore
@@ -55,6 +57,16 @@ ROUNDS = 3
 insert put past the cut while the vacuum ran) are few, and the next round moves them."""
 
 
+MOVE_LOCK_TIMEOUT = "100ms"
+"""How long a statement moving rows waits for a lock other than a row's (which it skips)."""
+
+
+def lock_not_available(e: BaseException) -> bool:
+    """Whether ``e`` is the server's ``lock_timeout`` (SQLSTATE 55P03, ``lock_not_available``)."""
+    cause = e.__cause__ or e
+    return getattr(cause, "sqlstate", None) == "55P03"
+
+
 class PgTableUpkeep(DriverCore):
     """The table compaction operations of :class:`~scheduler_core.storage.postgres.PostgresDriver`.
     Each runs outside any transaction (``VACUUM`` refuses to run in one), on this thread's
@@ -89,10 +101,16 @@ class PgTableUpkeep(DriverCore):
         if meta is None:
             return None
         page = int(meta["page_bytes"])
+        try:
+            with self.connection.cursor() as cur:
+                # First free the dead versions, so that what is not a live row is room a moved
+                # row can take, and the free space map the moves follow says so.
+                cur.execute(sql.SQL("VACUUM {}").format(sql.Identifier(table)))
+        except DatabaseError as e:
+            if not lock_not_available(e):
+                raise
+            return None  # another vacuum holds the table past lock_timeout: the next look
         with self.connection.cursor() as cur:
-            # First free the dead versions, so that what is not a live row is room a moved row
-            # can take, and the free space map the moves follow says so.
-            cur.execute(sql.SQL("VACUUM {}").format(sql.Identifier(table)))
             cur.execute(
                 sql.SQL(
                     "SELECT (x.ctid::text::point)[0]::bigint AS page, count(*) AS n, "
@@ -124,32 +142,34 @@ class PgTableUpkeep(DriverCore):
         with self.connection.cursor() as cur:
             cur.execute("SHOW lock_timeout")
             row: Any = cur.fetchone()
-            # Never wait on a row a claim or a completion holds (SKIP LOCKED), and give up
-            # quickly on anything else: the next round, or the next look, moves what is left.
-            cur.execute("SET lock_timeout = '100ms'")
+        own = str(row[0])
         try:
-            moved, updates, left, no_room = self._compact_rounds(
-                table, str(meta["key"]), cut_page, page
-            )
+            result = self._compact_rounds(table, str(meta["key"]), cut_page, page, own)
         finally:
-            with self.connection.cursor() as cur:
-                cur.execute("SELECT set_config('lock_timeout', %s, false)", [str(row[0])])
-        return Compaction(
-            table=table,
-            bytes_before=before,
-            bytes_after=self._pages(table, page) * page,
-            rows_moved=moved,
-            updates=updates,
-            rows_left=left,
-            no_room=no_room,
+            self._lock_timeout(own)
+        return dataclasses.replace(
+            result, bytes_before=before, bytes_after=self._pages(table, page) * page
         )
 
+    def _lock_timeout(self, value: str) -> None:
+        with self.connection.cursor() as cur:
+            cur.execute("SELECT set_config('lock_timeout', %s, false)", [value])
+
     def _compact_rounds(
-        self, table: str, key: str, cut_page: int, page: int
-    ) -> tuple[int, int, int, bool]:
+        self, table: str, key: str, cut_page: int, page: int, own_lock_timeout: str
+    ) -> Compaction:
         """Move the rows at or past ``cut_page`` before it and vacuum, up to :data:`ROUNDS`
-        times; the rows moved, the rows written, the rows left past the cut, and whether it
-        stopped because a row found no room before the cut."""
+        times; what it did (sizes left for the caller).
+
+        A move never waits on a row a claim or a completion holds (SKIP LOCKED) and gives up
+        on any other lock within :data:`MOVE_LOCK_TIMEOUT` (the next look moves what is left);
+        the vacuum waits as long as the session's own ``lock_timeout``: its lock conflicts
+        with no claim or completion, only with another vacuum of the table, and the server
+        cancels an autovacuum that holds a waiter up past ``deadlock_timeout``. Under the
+        moves' timeout it lost to every autovacuum of the table it met, and the whole look
+        with it (tests/db/test_table_compaction.py::test_a_compaction_waits_out_an_autovacuum_of_its_table).
+        A vacuum still refused its lock ends the compaction: the rows moved stay moved, and the
+        next vacuum gives their pages back."""
         per_page = (page - _PAGE_HEADER) // _ROW_OVERHEAD
         move = sql.SQL(
             "WITH c AS MATERIALIZED (SELECT ctid AS at FROM {t} WHERE ctid = ANY(%s::tid[]) "
@@ -160,7 +180,7 @@ class PgTableUpkeep(DriverCore):
             sql.Identifier(table)
         )
         moved = updates = left = 0
-        no_room = False
+        no_room = vacuum_refused = False
         for _ in range(ROUNDS):
             pages = self._pages(table, page)
             if pages <= cut_page:
@@ -168,13 +188,21 @@ class PgTableUpkeep(DriverCore):
             # From the last page down: a row that moves to a page past the cut but before the
             # pages being emptied moves again when its new page's turn comes.
             hi = pages
-            while hi > cut_page:
+            lock_refused = False
+            self._lock_timeout(MOVE_LOCK_TIMEOUT)
+            while hi > cut_page and not lock_refused:
                 lo = max(cut_page, hi - _CHUNK_PAGES)
                 places = [f"({p},{i})" for p in range(lo, hi) for i in range(1, per_page + 1)]
                 for _ in range(TRIES):
-                    with self.connection.cursor() as cur:
-                        cur.execute(move, [places])
-                        new = [str(r[0]) for r in cur.fetchall()]
+                    try:
+                        with self.connection.cursor() as cur:
+                            cur.execute(move, [places])
+                            new = [str(r[0]) for r in cur.fetchall()]
+                    except DatabaseError as e:
+                        if not lock_not_available(e):
+                            raise
+                        lock_refused = True  # this round's vacuum runs; the next round retries
+                        break
                     updates += len(new)
                     moved += sum(1 for p in new if _page(p) < lo)
                     places = [p for p in new if _page(p) >= lo]
@@ -184,14 +212,31 @@ class PgTableUpkeep(DriverCore):
                     if not places or no_room:
                         break
                 hi = cut_page if no_room else lo
+            self._lock_timeout(own_lock_timeout)
             with self.connection.cursor() as cur:
                 cur.execute(past_cut, [f"({cut_page},0)"])
                 counted: Any = cur.fetchone()
                 left = int(counted[0])
-                cur.execute(sql.SQL("VACUUM {}").format(sql.Identifier(table)))
+            try:
+                with self.connection.cursor() as cur:
+                    cur.execute(sql.SQL("VACUUM {}").format(sql.Identifier(table)))
+            except DatabaseError as e:
+                if not lock_not_available(e):
+                    raise
+                vacuum_refused = True
+                break
             if not left or no_room:
                 break
-        return moved, updates, left, no_room
+        return Compaction(
+            table=table,
+            bytes_before=0,
+            bytes_after=0,
+            rows_moved=moved,
+            updates=updates,
+            rows_left=left,
+            no_room=no_room,
+            vacuum_refused=vacuum_refused,
+        )
 
     def _pages(self, table: str, page: int) -> int:
         with self.connection.cursor() as cur:

@@ -347,3 +347,6 @@ class Compaction:
     no_room: bool = False
     """It stopped because a moved row found no room before the cut and was written past the
     table's end: the cut was too tight (or others' inserts had taken the holes)."""
+    vacuum_refused: bool = False
+    """Its vacuum was refused its lock within the session's ``lock_timeout`` (another vacuum
+    of the table held it): the rows moved stay moved and a later vacuum gives the pages back."""

@@ -237,3 +237,51 @@ def test_waiting_jobs_claimed_before_are_rolled_up_and_new_ones_are_not_read() -
         transaction.set_rollback(True)
     assert "tenure_job_retried" in plan
     assert "tenure_job_claim" not in plan
+
+
+def _attempt_rows_read(plan: dict[str, Any]) -> int:
+    """Rows of ``tenure_attempt`` an ``EXPLAIN (ANALYZE, FORMAT JSON)`` plan node and those
+    under it read: returned or removed by a filter, every loop."""
+    own = 0
+    if plan.get("Relation Name") == "tenure_attempt":
+        loops = int(plan.get("Actual Loops", 1))
+        own = loops * (int(plan["Actual Rows"]) + int(plan.get("Rows Removed by Filter", 0)))
+    return own + sum(_attempt_rows_read(p) for p in plan.get("Plans", []))
+
+
+_BULK_SQL = """
+WITH j AS (
+    INSERT INTO tenure_job (name, queue, priority, run_at, state, fence, lease_owner, attempts,
+        max_attempts, next_kind, version, created_at, updated_at, finished_at, last_error, reason)
+    SELECT 't.one', 'q1', 0, %(at)s, 'succeeded', 1, '', 1, 3, 'run', 3, %(at)s, %(at)s, %(at)s,
+        '', ''
+    FROM generate_series(1, %(n)s)
+    RETURNING id
+)
+INSERT INTO tenure_attempt (job_id, number, fence, kind, executor, claimed_at, finished_at,
+    outcome, error_class, error_type, message, traceback)
+SELECT id, 1, 1, 'run', 'h:1:x', %(at)s, %(at)s, 'succeeded', '', '', '', '' FROM j
+"""
+
+
+@pytest.mark.skipif("connection.vendor != 'postgresql'")
+def test_the_rollup_reads_no_attempt_outside_its_minutes() -> None:
+    """A round's rollup reads the attempts of the jobs its minutes can hold, not every attempt
+    kept: with 1,000 jobs finished in its minute and 30,000 an hour earlier it reads about the
+    1,000 (it read all 31,000, one scan of the attempt table a minute, which grows with the
+    history kept)."""
+    m = _minute(3)
+    with connection.cursor() as cur:
+        cur.execute(_BULK_SQL, {"at": m - 60 * MIN, "n": 30_000})
+        cur.execute(_BULK_SQL, {"at": m + 30 * S, "n": 1_000})
+        cur.execute("ANALYZE tenure_job")
+        cur.execute("ANALYZE tenure_attempt")
+    history.rollup(m, m + MIN)
+    assert _rows(m)[("q1", "t.one")]["succeeded"] == 1_000
+    with transaction.atomic(), connection.cursor() as cur:
+        cur.execute("SET LOCAL jit = off")
+        params = {"start": m, "end": m + MIN, "since": m - ROLLUP_MARGIN}
+        cur.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + postgres._ROLLUP_SQL, params)
+        plan = cur.fetchone()[0][0]["Plan"]
+        transaction.set_rollback(True)
+    assert _attempt_rows_read(plan) <= 2_000

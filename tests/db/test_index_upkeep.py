@@ -376,3 +376,37 @@ def test_the_look_after_a_hold_counts_the_rows_the_statistics_overstate(
         assert _size("upkeep_counted_pkey") < 0.6 * estimated.bytes
     finally:
         _sql("DROP TABLE IF EXISTS upkeep_counted")
+
+
+def test_a_failed_look_is_tried_again_soon_not_an_interval_later(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A look that failed (in a soak hour, the look after the held snapshot, on a lock an
+    autovacuum held) is tried again :data:`~indexes.RETRY_SECONDS` later, doubling while it
+    fails, and the next interval starts over once one succeeds; it waited the whole interval,
+    which left the snapshot's room in place ten more minutes."""
+    outcome: list[str] = ["fail"]
+
+    def look(**kw: Any) -> indexes.UpkeepReport:
+        if outcome[0] == "fail":
+            raise DatabaseError("canceling statement due to lock timeout")
+        return indexes.UpkeepReport()
+
+    monkeypatch.setattr(indexes, "upkeep_once", look)
+    monkeypatch.setattr(indexes, "RETRY_SECONDS", 1.0)
+    upkeep = indexes.IndexUpkeep(every=3600, sample_every=3600)
+    upkeep._next_at = time.monotonic()  # the first look is due
+    with caplog.at_level("WARNING", logger="tenure.indexes"):
+        for wait in (1.0, 2.0):
+            assert upkeep.poll() is True
+            upkeep.join(10)
+            assert f"next look in {wait:.0f} s" in caplog.text
+            assert upkeep.poll() is False
+            time.sleep(wait + 0.1)
+    assert upkeep.failures == 2
+    outcome[0] = "succeed"
+    assert upkeep.poll() is True
+    upkeep.join(10)
+    assert upkeep.failures == 0
+    assert upkeep.poll() is False
+    assert upkeep._next_at - time.monotonic() > 3000

@@ -232,6 +232,90 @@ def test_a_row_a_write_holds_is_skipped_and_its_attempt_finishes_unharmed() -> N
     assert again.rows_left == 0
 
 
+def _vacuum_lock_held(
+    after_a_waiter: float | None = None,
+) -> tuple[threading.Thread, threading.Event]:
+    """Another session holding the lock a vacuum of the job table takes (as an autovacuum of it
+    does): until ``after_a_waiter`` seconds after a statement began to wait for it, or, when
+    None, until the returned event is set."""
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with psycopg.connect(conftest.test_database_url()) as other:
+            other.execute("LOCK TABLE tenure_job IN SHARE UPDATE EXCLUSIVE MODE")
+            held.set()
+            if after_a_waiter is None:
+                release.wait(120)
+                return
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline:
+                waiting = other.execute(
+                    "SELECT count(*) FROM pg_locks WHERE relation = 'tenure_job'::regclass "
+                    "AND NOT granted"
+                ).fetchone()
+                if waiting and waiting[0]:
+                    break
+                time.sleep(0.02)
+            time.sleep(after_a_waiter)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    assert held.wait(10)
+    return holder, release
+
+
+@postgres_only
+def test_a_compaction_waits_out_an_autovacuum_of_its_table() -> None:
+    """The vacuum that gives the emptied pages back waits for another vacuum of the table
+    (its lock conflicts with no claim or completion); it gave up within the moves' 100 ms and
+    failed the whole look, as it did in a soak hour the minute an autovacuum of the job table
+    ran."""
+    before = _holes()
+    rows_before = _fingerprint()
+    d = driver()
+    use = d.page_use("tenure_job")
+    assert use is not None
+    cut = tables.cut_page(use)
+    assert cut is not None
+    holder, _ = _vacuum_lock_held(after_a_waiter=1.0)
+    try:
+        done = d.compact_table("tenure_job", cut)
+    finally:
+        holder.join(150)
+    assert not done.vacuum_refused
+    assert done.rows_moved > 0 and done.bytes_after < before / 2
+    assert _fingerprint() == rows_before
+
+
+@postgres_only
+def test_a_vacuum_refused_its_lock_keeps_the_rows_moved_and_fails_nothing() -> None:
+    """Past the session's own lock_timeout the compaction ends without its vacuum: no error
+    (the look goes on to the indexes), the rows moved stay moved, and the next vacuum gives
+    their pages back."""
+    before = _holes()
+    rows_before = _fingerprint()
+    d = driver()
+    use = d.page_use("tenure_job")
+    assert use is not None
+    cut = tables.cut_page(use)
+    assert cut is not None
+    _sql("SET lock_timeout = '300ms'")
+    holder, release = _vacuum_lock_held()
+    try:
+        # The look's first read of the table, which vacuums it first, finds nothing to do.
+        assert d.page_use("tenure_job") is None
+        done = d.compact_table("tenure_job", cut)
+    finally:
+        release.set()
+        holder.join(30)
+        _sql("RESET lock_timeout")
+    assert done.vacuum_refused and done.rows_moved > 0
+    assert done.bytes_after == before  # nothing given back yet
+    assert _fingerprint() == rows_before
+    _sql("VACUUM tenure_job")
+    assert _bytes() < before / 2
+
+
 @postgres_only
 def test_nothing_is_compacted_while_an_old_snapshot_is_held(
     monkeypatch: pytest.MonkeyPatch,
