@@ -101,14 +101,9 @@ class PgTableUpkeep(DriverCore):
         if meta is None:
             return None
         page = int(meta["page_bytes"])
-        try:
-            with self.connection.cursor() as cur:
-                # First free the dead versions, so that what is not a live row is room a moved
-                # row can take, and the free space map the moves follow says so.
-                cur.execute(sql.SQL("VACUUM {}").format(sql.Identifier(table)))
-        except DatabaseError as e:
-            if not lock_not_available(e):
-                raise
+        # First free the dead versions, so that what is not a live row is room a moved row can
+        # take, and the free space map the moves follow says so.
+        if not self._vacuum(table):
             return None  # another vacuum holds the table past lock_timeout: the next look
         with self.connection.cursor() as cur:
             cur.execute(
@@ -150,6 +145,18 @@ class PgTableUpkeep(DriverCore):
         return dataclasses.replace(
             result, bytes_before=before, bytes_after=self._pages(table, page) * page
         )
+
+    def _vacuum(self, table: str) -> bool:
+        """``VACUUM`` ``table``; False when another vacuum of it held its lock past
+        ``lock_timeout`` (any other error is raised)."""
+        try:
+            with self.connection.cursor() as cur:
+                cur.execute(sql.SQL("VACUUM {}").format(sql.Identifier(table)))
+        except DatabaseError as e:
+            if not lock_not_available(e):
+                raise
+            return False
+        return True
 
     def _lock_timeout(self, value: str) -> None:
         with self.connection.cursor() as cur:
@@ -217,12 +224,7 @@ class PgTableUpkeep(DriverCore):
                 cur.execute(past_cut, [f"({cut_page},0)"])
                 counted: Any = cur.fetchone()
                 left = int(counted[0])
-            try:
-                with self.connection.cursor() as cur:
-                    cur.execute(sql.SQL("VACUUM {}").format(sql.Identifier(table)))
-            except DatabaseError as e:
-                if not lock_not_available(e):
-                    raise
+            if not self._vacuum(table):
                 vacuum_refused = True
                 break
             if not left or no_room:

@@ -264,12 +264,9 @@ def _vacuum_lock_held(
     return holder, release
 
 
-@postgres_only
-def test_a_compaction_waits_out_an_autovacuum_of_its_table() -> None:
-    """The vacuum that gives the emptied pages back waits for another vacuum of the table
-    (its lock conflicts with no claim or completion); it gave up within the moves' 100 ms and
-    failed the whole look, as it did in a soak hour the minute an autovacuum of the job table
-    ran."""
+def _holes_and_cut() -> tuple[int, tuple[int, str], Any, int]:
+    """:func:`_holes`' table, its rows' fingerprint, the driver and the cut the look's first
+    read of the table finds."""
     before = _holes()
     rows_before = _fingerprint()
     d = driver()
@@ -277,6 +274,16 @@ def test_a_compaction_waits_out_an_autovacuum_of_its_table() -> None:
     assert use is not None
     cut = tables.cut_page(use)
     assert cut is not None
+    return before, rows_before, d, cut
+
+
+@postgres_only
+def test_a_compaction_waits_out_an_autovacuum_of_its_table() -> None:
+    """The vacuum that gives the emptied pages back waits for another vacuum of the table
+    (its lock conflicts with no claim or completion); it gave up within the moves' 100 ms and
+    failed the whole look, as it did in a soak hour the minute an autovacuum of the job table
+    ran."""
+    before, rows_before, d, cut = _holes_and_cut()
     holder, _ = _vacuum_lock_held(after_a_waiter=1.0)
     try:
         done = d.compact_table("tenure_job", cut)
@@ -292,13 +299,7 @@ def test_a_vacuum_refused_its_lock_keeps_the_rows_moved_and_fails_nothing() -> N
     """Past the session's own lock_timeout the compaction ends without its vacuum: no error
     (the look goes on to the indexes), the rows moved stay moved, and the next vacuum gives
     their pages back."""
-    before = _holes()
-    rows_before = _fingerprint()
-    d = driver()
-    use = d.page_use("tenure_job")
-    assert use is not None
-    cut = tables.cut_page(use)
-    assert cut is not None
+    before, rows_before, d, cut = _holes_and_cut()
     _sql("SET lock_timeout = '300ms'")
     holder, release = _vacuum_lock_held()
     try:
