@@ -38,7 +38,7 @@ from django.db import DatabaseError
 from ..conf import tenure_settings
 from ..read import health
 from ..storage.drivers import driver
-from ..storage.records import Compaction, IndexSize
+from ..storage.records import Compaction, IndexSize, sqlstate
 from . import tables as table_compaction
 
 log = logging.getLogger("tenure.indexes")
@@ -205,8 +205,7 @@ def upkeep_once(
 def not_owner(e: BaseException) -> bool:
     """Whether ``e`` is the server's refusal of a rebuild to a role that does not own the table
     (SQLSTATE 42501, ``insufficient_privilege``)."""
-    cause = e.__cause__ or e
-    return getattr(cause, "sqlstate", None) == "42501"
+    return sqlstate(e) == "42501"
 
 
 class IndexUpkeep:

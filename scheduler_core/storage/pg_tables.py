@@ -21,7 +21,7 @@ from django.db import DatabaseError
 from psycopg import sql
 
 from .core import DriverCore
-from .records import Compaction, PageUse, TableSpace, named_rows
+from .records import Compaction, PageUse, TableSpace, named_rows, sqlstate
 
 _SPACE = """
     SELECT c.relname AS name, pg_relation_size(c.oid) AS bytes,
@@ -63,8 +63,7 @@ MOVE_LOCK_TIMEOUT = "100ms"
 
 def lock_not_available(e: BaseException) -> bool:
     """Whether ``e`` is the server's ``lock_timeout`` (SQLSTATE 55P03, ``lock_not_available``)."""
-    cause = e.__cause__ or e
-    return getattr(cause, "sqlstate", None) == "55P03"
+    return sqlstate(e) == "55P03"
 
 
 class PgTableUpkeep(DriverCore):

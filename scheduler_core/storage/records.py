@@ -1,7 +1,8 @@
 """The values the storage layer hands out and the SQL every driver shares: :class:`Lease`,
 :class:`Failure`, :class:`InFlightOwner`, :class:`IndexSize`, executor and installation ids,
 the claim's and the lease renewal's statements with their columns, the guard "this attempt is
-still open" of the writes that name an attempt by key, and the reading of claimed rows."""
+still open" of the writes that name an attempt by key, the reading of claimed rows, and an
+error's SQLSTATE."""
 
 from __future__ import annotations
 
@@ -350,3 +351,10 @@ class Compaction:
     vacuum_refused: bool = False
     """Its vacuum was refused its lock within the session's ``lock_timeout`` (another vacuum
     of the table held it): the rows moved stay moved and a later vacuum gives the pages back."""
+
+
+def sqlstate(e: BaseException) -> str | None:
+    """The SQLSTATE of the server's error behind ``e`` (Django wraps the driver's error, which
+    carries it), or None (SQLite's errors carry none)."""
+    state = getattr(e.__cause__ or e, "sqlstate", None)
+    return str(state) if state is not None else None
