@@ -601,6 +601,148 @@ def _tree_rss(pids: list[int]) -> int:
     return total
 
 
+TOP_PROCESSES = 4
+"""How many of the busiest processes each second of the machine record keeps."""
+
+
+class MachineSampler:
+    """Once a second of the run: how busy the machine's CPUs were (and how much of that was
+    waiting on the disk, or taken by the host), and which processes used them most. A database
+    backend is named by its type or by the statement it last ran, read from
+    ``pg_stat_activity`` in the same second, so a slow second can be put to the process that
+    had the CPUs then, not only to what the server's log records."""
+
+    def __init__(self, t0: float, n_seconds: int) -> None:
+        self.t0 = t0
+        self.n = n_seconds
+        self.busy = array("d", bytes(8 * n_seconds))
+        self.iowait = array("d", bytes(8 * n_seconds))
+        self.steal = array("d", bytes(8 * n_seconds))
+        self.top: list[list[list[Any]]] = [[] for _ in range(n_seconds)]
+        self.hz = os.sysconf("SC_CLK_TCK")
+        self.conn = common.connect("postgres")
+        self.conn.execute("SET application_name = 'soak-machine'")
+        self._names: dict[int, str] = {}
+        self.names: list[str] = []
+        self._index_of: dict[str, int] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._thread.start()
+
+    @staticmethod
+    def _cpu() -> list[int]:
+        with open("/proc/stat") as f:
+            return [int(x) for x in f.readline().split()[1:9]]
+
+    @staticmethod
+    def _ticks() -> dict[int, int]:
+        out: dict[int, int] = {}
+        for name in os.listdir("/proc"):
+            if not name.isdigit():
+                continue
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                with open(f"/proc/{name}/stat") as f:
+                    rest = f.read().rsplit(")", 1)[1].split()
+                out[int(name)] = int(rest[11]) + int(rest[12])
+        return out
+
+    def _backends(self) -> dict[int, str]:
+        """Each server process's name for this second: its type, or its last statement."""
+        rows = self.conn.execute(
+            "SELECT pid, backend_type, coalesce(application_name, ''), "
+            "left(regexp_replace(coalesce(query, ''), '\\s+', ' ', 'g'), 70) "
+            "FROM pg_stat_activity"
+        ).fetchall()
+        names: dict[int, str] = {}
+        for pid, kind, app, query in rows:
+            if kind != "client backend":
+                names[int(pid)] = f"pg {kind}"
+            elif app.startswith("soak-"):
+                names[int(pid)] = f"pg {app}"
+            else:
+                names[int(pid)] = f"pg: {query}" if query else "pg client (idle)"
+        return names
+
+    def _name(self, pid: int, backends: dict[int, str]) -> str:
+        if pid in backends:
+            return backends[pid]
+        if pid not in self._names:
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    argv = [a.decode(errors="replace") for a in f.read().split(b"\0") if a]
+            except OSError:
+                argv = []
+            line = " ".join(argv)
+            label = next(
+                (
+                    name
+                    for key, name in (
+                        ("run_scheduler", "scheduler"),
+                        ("run_executor", "executor"),
+                        ("--generate", "generator"),
+                        ("bench.soak", "harness"),
+                    )
+                    if key in line
+                ),
+                " ".join(os.path.basename(a) for a in argv[:3])[:60] or f"pid {pid}",
+            )
+            self._names[pid] = label
+        return self._names[pid]
+
+    def _index(self, name: str) -> int:
+        """The number of a process name in ``names`` (the JSON keeps each name once)."""
+        if name not in self._index_of:
+            self._index_of[name] = len(self.names)
+            self.names.append(name)
+        return self._index_of[name]
+
+    def _loop(self) -> None:
+        cpu, ticks = self._cpu(), self._ticks()
+        while not self._stop.is_set():
+            now = time.time()
+            sec = int(now - self.t0)
+            # Sample at each whole second of the run: the sample taken at t0 + i + 1 covers
+            # second i.
+            self._stop.wait(max(0.0, self.t0 + sec + 1 - now))
+            try:
+                cpu2, ticks2, backends = self._cpu(), self._ticks(), self._backends()
+            except (OSError, psycopg.Error):
+                continue
+            i = sec
+            d = [b - a for a, b in zip(cpu, cpu2, strict=True)]
+            total = sum(d) or 1
+            if 0 <= i < self.n:
+                # user nice system idle iowait irq softirq steal
+                self.busy[i] = round(100.0 * (d[0] + d[1] + d[2] + d[5] + d[6]) / total, 1)
+                self.iowait[i] = round(100.0 * d[4] / total, 1)
+                self.steal[i] = round(100.0 * d[7] / total, 1)
+                used = sorted(
+                    ((t - ticks.get(pid, t), pid) for pid, t in ticks2.items()), reverse=True
+                )
+                self.top[i] = [
+                    [self._index(self._name(pid, backends)), round(100.0 * dt_ / self.hz, 0)]
+                    for dt_, pid in used[:TOP_PROCESSES]
+                    if dt_ > 0
+                ]
+            cpu, ticks = cpu2, ticks2
+
+    def stop(self) -> dict[str, Any]:
+        """Stop sampling; the record for the JSON: per second the CPUs' busy, iowait and steal
+        percentages and the busiest processes as ``[number in names, share]`` (a share is of
+        one CPU, so a process using both reads 200)."""
+        self._stop.set()
+        self._thread.join(timeout=5)
+        with contextlib.suppress(psycopg.Error):
+            self.conn.close()
+        return {
+            "busy_pct": list(self.busy),
+            "iowait_pct": list(self.iowait),
+            "steal_pct": list(self.steal),
+            "names": self.names,
+            "top": self.top,
+        }
+
+
 class Sampler:
     """The database figures of one system, read with the harness's own connections."""
 
@@ -953,6 +1095,7 @@ def soak_system(system: System, plan: Plan, rate: float, generators: int) -> dic
     out["table_options"] = sampler.table_options()
     out["database"] = sampler.db
     reader: dict[str, Any] = {}
+    machine: MachineSampler | None = None
     try:
         env = system.env(BENCH_PING_PORT=str(receiver.port))
         with (
@@ -1001,6 +1144,7 @@ def soak_system(system: System, plan: Plan, rate: float, generators: int) -> dic
             pids = [p.pid for p in workers.procs]
             t0 = time.time() + 0.5
             receiver.t0 = t0
+            machine = MachineSampler(t0, receiver.n_seconds)
             samples.append(sampler.sample(0.0, receiver, pids))
             go.with_suffix(".tmp").write_text(repr(t0))
             go.with_suffix(".tmp").rename(go)
@@ -1037,6 +1181,8 @@ def soak_system(system: System, plan: Plan, rate: float, generators: int) -> dic
     finally:
         receiver.stop()
         sampler.close()
+        if machine is not None:
+            out["machine"] = machine.stop()
     out["samples"] = samples
     out["t0_epoch"] = receiver.t0
     out["seconds"] = _seconds(receiver)
@@ -1697,6 +1843,59 @@ WORST_SECONDS = 12
 """How many of a run's slowest seconds the report puts beside the server's work."""
 
 
+def _machine_second(machine: dict[str, Any], i: int) -> str:
+    """One second of the machine record: CPUs busy, disk wait, host steal, busiest processes
+    (a process's share is of one CPU)."""
+    if i >= len(machine["busy_pct"]):
+        return "-"
+    names = machine["names"]
+    top = ", ".join(f"{names[k]} {pct:.0f} %" for k, pct in machine["top"][i])
+    return (
+        f"{machine['busy_pct'][i]:.0f} % busy, {machine['iowait_pct'][i]:.0f} % iowait, "
+        f"{machine['steal_pct'][i]:.0f} % steal: {top or '-'}"
+    )
+
+
+def _machine_summary(add: Any, machine: dict[str, Any], per_sec: dict[str, list[float]]) -> None:
+    """Whether the slow seconds were the machine's busy ones: the CPUs' use in seconds with a
+    wait over 10 ms against the rest, and which processes were busiest in the slow ones."""
+    n = min(len(machine["busy_pct"]), len(per_sec["slow"]))
+    slow = [i for i in range(n) if per_sec["slow"][i]]
+    rest = [i for i in range(n) if not per_sec["slow"][i]]
+    if not slow or not rest:
+        return
+
+    def avg(key: str, idx: list[int]) -> float:
+        return sum(machine[key][i] for i in idx) / len(idx)
+
+    add("")
+    add(
+        f"The machine ({os.cpu_count()} CPUs shared by the server, the system under test, the generators and "
+        f"the harness) in the {len(slow):,} seconds with a wait over 10 ms against the other "
+        f"{len(rest):,}: CPUs busy {avg('busy_pct', slow):.0f} % against "
+        f"{avg('busy_pct', rest):.0f} %, iowait {avg('iowait_pct', slow):.1f} % against "
+        f"{avg('iowait_pct', rest):.1f} %, steal {avg('steal_pct', slow):.1f} % against "
+        f"{avg('steal_pct', rest):.1f} %."
+    )
+    share: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
+    for idx, col in ((slow, 0), (rest, 1)):
+        for i in idx:
+            for k, pct in machine["top"][i]:
+                # A statement's text names the work, not the backend that ran it.
+                share[machine["names"][k]][col] += pct / len(idx)
+    over = sorted(share.items(), key=lambda kv: -(kv[1][0] - kv[1][1]))[:8]
+    add("")
+    add(
+        "The processes whose use was most above their usual in the slow seconds (mean share "
+        "of one CPU among the busiest four of each second):"
+    )
+    add("")
+    add("| process (a server backend by its last statement) | slow seconds % | other seconds % |")
+    add("|---|---|---|")
+    for name, (a, b) in over:
+        add(f"| {name.replace('|', '/')} | {a:.1f} | {b:.1f} |")
+
+
 def _server_section(add: Any, data: dict[str, Any]) -> None:
     """The server's checkpoints and the run's slowest seconds beside what the server and
     Tenure's upkeep were doing then (from the cluster's log and the scheduler's)."""
@@ -1767,19 +1966,28 @@ def _server_section(add: Any, data: dict[str, Any]) -> None:
             "that overlapped the 5 seconds up to each:"
         )
         add("")
+        machine = rec.get("machine")
         add(
             "| second | handler starts | waits over 10 ms | longest wait ms | the server's work then |"
+            + (" the machine's CPUs, that second and the one before |" if machine else "")
         )
-        add("|---|---|---|---|---|")
+        add("|---|---|---|---|---|" + ("---|" if machine else ""))
         for i in sorted(worst[:WORST_SECONDS]):
             lo, hi = t0 + i - 5, t0 + i + 1
             seen = [
                 f"{text} ({_mmss(a - t0)})" for a, b, text in sorted(events) if b >= lo and a <= hi
             ]
+            cpus = (
+                " " + "<br>".join(_machine_second(machine, j) for j in (i - 1, i) if j >= 0) + " |"
+                if machine
+                else ""
+            )
             add(
                 f"| {_mmss(i)} | {per_sec['starts'][i]} | {per_sec['slow'][i]} "
-                f"| {per_sec['max_ms'][i]:.1f} | {'; '.join(seen) or '-'} |"
+                f"| {per_sec['max_ms'][i]:.1f} | {'; '.join(seen) or '-'} |{cpus}"
             )
+        if machine:
+            _machine_summary(add, machine, per_sec)
     if log.get("problems"):
         add("")
         add("The server's warnings and errors:")
