@@ -672,6 +672,10 @@ class MachineSampler:
                     argv = [a.decode(errors="replace") for a in f.read().split(b"\0") if a]
             except OSError:
                 argv = []
+            if not argv:
+                # A kernel thread has no command line: its name, as ps shows it.
+                with contextlib.suppress(OSError), open(f"/proc/{pid}/comm") as f:
+                    argv = [f"[{f.read().strip()}]"]
             line = " ".join(argv)
             label = next(
                 (
@@ -684,7 +688,8 @@ class MachineSampler:
                     )
                     if key in line
                 ),
-                " ".join(os.path.basename(a) for a in argv[:3])[:60] or f"pid {pid}",
+                " ".join(a if a.startswith("[") else os.path.basename(a) for a in argv[:3])[:60]
+                or f"pid {pid}",
             )
             self._names[pid] = label
         return self._names[pid]
