@@ -601,16 +601,21 @@ def _tree_rss(pids: list[int]) -> int:
     return total
 
 
-TOP_PROCESSES = 4
-"""How many of the busiest processes each second of the machine record keeps."""
+TOP_PROCESSES = 8
+"""How many of the busiest processes each second of the machine record keeps at most."""
+
+TOP_SHARE = 5.0
+"""The least share of one CPU (%) a process used in a second for the record to keep it: a
+burst of a tenth of a second (a statement scanning a table) is kept beside the steady users."""
 
 
 class MachineSampler:
     """Once a second of the run: how busy the machine's CPUs were (and how much of that was
-    waiting on the disk, or taken by the host), and which processes used them most. A database
-    backend is named by its type or by the statement it last ran, read from
-    ``pg_stat_activity`` in the same second, so a slow second can be put to the process that
-    had the CPUs then, not only to what the server's log records."""
+    waiting on the disk, or taken by the host), and which processes used them most (every one
+    above ``TOP_SHARE``, at most ``TOP_PROCESSES``). A database backend is named by its type or
+    by the statement it last ran, read from ``pg_stat_activity`` in the same second, so a slow
+    second can be put to the process that had the CPUs then, not only to what the server's log
+    records."""
 
     def __init__(self, t0: float, n_seconds: int) -> None:
         self.t0 = t0
@@ -727,7 +732,7 @@ class MachineSampler:
                 self.top[i] = [
                     [self._index(self._name(pid, backends)), round(100.0 * dt_ / self.hz, 0)]
                     for dt_, pid in used[:TOP_PROCESSES]
-                    if dt_ > 0
+                    if 100.0 * dt_ / self.hz >= TOP_SHARE
                 ]
             cpu, ticks = cpu2, ticks2
 
@@ -1892,7 +1897,7 @@ def _machine_summary(add: Any, machine: dict[str, Any], per_sec: dict[str, list[
     add("")
     add(
         "The processes whose use was most above their usual in the slow seconds (mean share "
-        "of one CPU among the busiest four of each second):"
+        f"of one CPU, counting a process in a second where it used at least {TOP_SHARE:g} %):"
     )
     add("")
     add("| process (a server backend by its last statement) | slow seconds % | other seconds % |")
