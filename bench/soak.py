@@ -707,7 +707,7 @@ class MachineSampler:
         return self._index_of[name]
 
     def _loop(self) -> None:
-        cpu, ticks = self._cpu(), self._ticks()
+        cpu, ticks, at = self._cpu(), self._ticks(), time.monotonic()
         while not self._stop.is_set():
             now = time.time()
             sec = int(now - self.t0)
@@ -718,6 +718,9 @@ class MachineSampler:
                 cpu2, ticks2, backends = self._cpu(), self._ticks(), self._backends()
             except (OSError, psycopg.Error):
                 continue
+            at2 = time.monotonic()
+            # A share is of the time since the last sample, which a late wake-up stretches.
+            per_cpu = 100.0 / self.hz / max(at2 - at, 0.001)
             i = sec
             d = [b - a for a, b in zip(cpu, cpu2, strict=True)]
             total = sum(d) or 1
@@ -730,11 +733,11 @@ class MachineSampler:
                     ((t - ticks.get(pid, t), pid) for pid, t in ticks2.items()), reverse=True
                 )
                 self.top[i] = [
-                    [self._index(self._name(pid, backends)), round(100.0 * dt_ / self.hz, 0)]
+                    [self._index(self._name(pid, backends)), round(dt_ * per_cpu, 0)]
                     for dt_, pid in used[:TOP_PROCESSES]
-                    if 100.0 * dt_ / self.hz >= TOP_SHARE
+                    if dt_ * per_cpu >= TOP_SHARE
                 ]
-            cpu, ticks = cpu2, ticks2
+            cpu, ticks, at = cpu2, ticks2, at2
 
     def stop(self) -> dict[str, Any]:
         """Stop sampling; the record for the JSON: per second the CPUs' busy, iowait and steal
