@@ -575,16 +575,26 @@ class Receiver:
 # ---------------------------------------------------------------------------------------------
 
 
+def _proc_stats() -> dict[int, list[str]]:
+    """Every process's ``/proc/<pid>/stat`` fields after its name (``state`` first, so
+    ``ppid`` is [1], ``utime`` and ``stime`` [11] and [12]); a process gone meanwhile is left
+    out."""
+    out: dict[int, list[str]] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        with contextlib.suppress(OSError, IndexError), open(f"/proc/{name}/stat") as f:
+            # The name may hold spaces and parentheses: the fields follow its last ')'.
+            out[int(name)] = f.read().rsplit(")", 1)[1].split()
+    return out
+
+
 def _tree_rss(pids: list[int]) -> int:
     """Resident memory (bytes) of ``pids`` and all their descendants, from /proc."""
     children: dict[int, list[int]] = defaultdict(list)
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit():
-            continue
-        with contextlib.suppress(OSError, ValueError, IndexError):
-            stat = (d / "stat").read_text()
-            ppid = int(stat.rsplit(")", 1)[1].split()[1])
-            children[ppid].append(int(d.name))
+    for pid, fields in _proc_stats().items():
+        with contextlib.suppress(ValueError, IndexError):
+            children[int(fields[1])].append(pid)
     seen: set[int] = set()
     todo = list(pids)
     while todo:
@@ -641,14 +651,11 @@ class MachineSampler:
 
     @staticmethod
     def _ticks() -> dict[int, int]:
+        """Each process's CPU time so far (user and system, clock ticks)."""
         out: dict[int, int] = {}
-        for name in os.listdir("/proc"):
-            if not name.isdigit():
-                continue
-            with contextlib.suppress(OSError, ValueError, IndexError):
-                with open(f"/proc/{name}/stat") as f:
-                    rest = f.read().rsplit(")", 1)[1].split()
-                out[int(name)] = int(rest[11]) + int(rest[12])
+        for pid, fields in _proc_stats().items():
+            with contextlib.suppress(ValueError, IndexError):
+                out[pid] = int(fields[11]) + int(fields[12])
         return out
 
     def _backends(self) -> dict[int, str]:
@@ -751,6 +758,7 @@ class MachineSampler:
             "busy_pct": list(self.busy),
             "iowait_pct": list(self.iowait),
             "steal_pct": list(self.steal),
+            "cpus": os.cpu_count(),
             "names": self.names,
             "top": self.top,
         }
@@ -1883,7 +1891,7 @@ def _machine_summary(add: Any, machine: dict[str, Any], per_sec: dict[str, list[
 
     add("")
     add(
-        f"The machine ({os.cpu_count()} CPUs shared by the server, the system under test, the generators and "
+        f"The machine ({machine.get('cpus', 2)} CPUs shared by the server, the system under test, the generators and "
         f"the harness) in the {len(slow):,} seconds with a wait over 10 ms against the other "
         f"{len(rest):,}: CPUs busy {avg('busy_pct', slow):.0f} % against "
         f"{avg('busy_pct', rest):.0f} %, iowait {avg('iowait_pct', slow):.1f} % against "
