@@ -21,6 +21,7 @@ from scheduler_core.domain import states
 from scheduler_core.domain.modes import GUARANTEES, EffectMode
 from scheduler_core.models import AuditEntry, Effect, Job
 from scheduler_core.services import operator
+from scheduler_core.storage.drivers import driver
 
 STORE_ACTIONS: dict[str, str] = {
     states.OP_RETRY.name: "retry",
@@ -52,6 +53,9 @@ class ActionSpec:
     modes: frozenset[str] | None = None
     """Effect modes the action is offered for; None means every mode."""
     danger: bool = False
+    ending: bool = False
+    """A cancel or give-up: its need of a fact is :func:`operator.ending_needs_fact` (an
+    effect of unknown outcome), not the retry's."""
 
     @property
     def action(self) -> str:
@@ -68,10 +72,25 @@ class ActionSpec:
         """Whether the action records the operator's fact on the effects they name."""
         return self.verified in FACT_OUTCOMES
 
-    def offered_for(self, job: Job, *, fact_needed: bool | None = None) -> bool:
+    @property
+    def covers_all(self) -> bool:
+        """Whether the fact must name every effect of unknown outcome (the action ends the
+        job, which must not keep one unknown behind it)."""
+        return self.settles_effects and (self.ending or self.transition == states.OP_RESOLVE)
+
+    def offered_for(
+        self,
+        job: Job,
+        *,
+        fact_needed: bool | None = None,
+        unknown_effect: bool | None = None,
+        applied_effect: bool | None = None,
+    ) -> bool:
         """Whether the job's state, mode and need of a fact allow this action.
 
-        ``fact_needed`` is :func:`operator.needs_fact` of the job, read here when not given.
+        ``fact_needed`` is :func:`operator.needs_fact` of the job, ``unknown_effect``
+        :func:`operator.ending_needs_fact` and ``applied_effect`` whether its ledger records an
+        effect applied; each is read here when not given.
         """
         if job.state not in self.states:
             return False
@@ -79,6 +98,21 @@ class ActionSpec:
             return False  # asked once already; the attempt has yet to answer
         if self.modes is not None and job.effect not in self.modes:
             return False
+        if self.ending:
+            if unknown_effect is None:
+                unknown_effect = operator.ending_needs_fact(job)
+            if self.transition == states.OP_GIVE_UP:
+                if applied_effect is None:
+                    applied_effect = driver().applied_of_job(job.pk).exists()
+                if applied_effect:
+                    return False  # failed would say the applied effect did not happen
+            if self.verified:
+                return unknown_effect
+            # Without a fact: at once when nothing is unknown; a waiting job's cancel then
+            # holds it indeterminate (the store's rule), anything else needs the fact.
+            return not unknown_effect or (
+                self.transition == states.OP_CANCEL and job.state == states.State.WAITING
+            )
         if self.fact is None:
             return True
         if fact_needed is None:
@@ -123,6 +157,16 @@ ACTIONS: tuple[ActionSpec, ...] = (
         label="Give up (mark failed)",
         fact=None,
         danger=True,
+        ending=True,
+    ),
+    ActionSpec(
+        key="give-up-not-applied",
+        transition=states.OP_GIVE_UP,
+        verified="not_applied",
+        label="Give up: I verified the effect did not happen",
+        fact=None,
+        danger=True,
+        ending=True,
     ),
     ActionSpec(
         key="cancel",
@@ -131,6 +175,25 @@ ACTIONS: tuple[ActionSpec, ...] = (
         label="Cancel",
         fact=None,
         danger=True,
+        ending=True,
+    ),
+    ActionSpec(
+        key="cancel-not-applied",
+        transition=states.OP_CANCEL,
+        verified="not_applied",
+        label="Cancel: I verified the effect did not happen",
+        fact=None,
+        danger=True,
+        ending=True,
+    ),
+    ActionSpec(
+        key="cancel-applied",
+        transition=states.OP_CANCEL,
+        verified="applied",
+        label="Cancel: I verified the effect happened",
+        fact=None,
+        danger=True,
+        ending=True,
     ),
     ActionSpec(
         key="cancel-running",
@@ -153,7 +216,15 @@ def offered(job: Job) -> list[ActionSpec]:
     if not any(job.state in a.states for a in ACTIONS):
         return []
     fact_needed = operator.needs_fact(job)
-    return [a for a in ACTIONS if a.offered_for(job, fact_needed=fact_needed)]
+    unknown = operator.ending_needs_fact(job)
+    applied = driver().applied_of_job(job.pk).exists()
+    return [
+        a
+        for a in ACTIONS
+        if a.offered_for(
+            job, fact_needed=fact_needed, unknown_effect=unknown, applied_effect=applied
+        )
+    ]
 
 
 def article(word: str) -> str:
@@ -167,6 +238,18 @@ def not_available(spec: ActionSpec, job: Job) -> str:
         return "A cancel of this running job was already requested; its attempt has yet to stop."
     if job.state in spec.states and (spec.modes is None or job.effect in spec.modes):
         this = f"this {job.state} {job.effect} job"
+        if spec.ending:
+            if spec.transition == states.OP_GIVE_UP and driver().applied_of_job(job.pk).exists():
+                return (
+                    f"“{spec.label}” does not apply: an effect of {this} was applied, and "
+                    "failed would say it did not happen. Resolve or cancel it."
+                )
+            if spec.verified:
+                return f"“{spec.label}” states a fact about an unknown outcome; {this} has none."
+            return (
+                f"“{spec.label}” does not apply: {this} holds an effect of unknown outcome, "
+                "which it would hide; state the fact you verified."
+            )
         if spec.fact:
             return f"“{spec.label}” states a fact about an unknown outcome; {this} has none."
         return (
@@ -227,18 +310,31 @@ def statement(spec: ActionSpec, job: Job, effects: Sequence[Effect]) -> str:
         )
     if spec.key == "give-up":
         return (
-            "The job is marked failed and never runs again unless someone retries it. Its "
-            "effects of unknown outcome stay unknown in the ledger: they may or may not have "
-            "happened, and nothing will find out."
+            "The job is marked failed and never runs again unless someone retries it. Failed "
+            "says its effects did not happen: the ledger holds none of unknown outcome and none "
+            "applied."
+        )
+    if spec.key == "give-up-not-applied":
+        return (
+            "I verified at the destination that each effect I ticked did NOT happen; every "
+            "effect of unknown outcome must be ticked. The ledger records them as not applied "
+            "and the job is marked failed; it never runs again unless someone retries it."
+        )
+    if spec.key in ("cancel-not-applied", "cancel-applied"):
+        saw = "happened" if spec.verified == "applied" else "did NOT happen"
+        return (
+            f"I verified at the destination that each effect I ticked {saw}; every effect of "
+            "unknown outcome must be ticked. The ledger records what I verified and the job is "
+            "cancelled; it never runs again. An effect that happened is not undone."
         )
     if spec.key == "cancel":
-        text = "The job is cancelled and never runs again. An effect already applied is not undone."
         if unsettled:
-            text += (
-                f" The ledger holds {len(unsettled)} effect(s) whose outcome is unknown; they "
-                "stay unknown."
+            return (
+                f"The ledger holds {len(unsettled)} effect(s) whose outcome is unknown: cancelled "
+                "would hide them, so the job is held indeterminate instead. It stops running; "
+                "verify each effect at the destination, then cancel it stating what you found."
             )
-        return text
+        return "The job is cancelled and never runs again. An effect already applied is not undone."
     if spec.key == "cancel-running":
         every = job.lease_seconds * tenure_settings().HEARTBEAT_FRACTION
         text = (
@@ -248,13 +344,15 @@ def statement(spec: ActionSpec, job: Job, effects: Sequence[Effect]) -> str:
             "starts: the database refuses every effect intent. Effects already applied stay "
             "applied and are not undone; if the handler returns after one was applied, the job "
             "ends succeeded and its page says so. Otherwise it ends cancelled. A handler that "
-            f"ignores the request runs until its maximum runtime ({job.timeout_seconds:g}s) and "
-            "is then ended as any overrunning attempt."
+            f"ignores the request runs until its maximum runtime ({job.timeout_seconds:g}s); "
+            "when its lease then ends, the job ends cancelled, never retried. If an effect it "
+            "started may have happened, the job ends indeterminate instead of cancelled, for "
+            "you to verify."
         )
         if unsettled:
             text += (
-                f" The ledger holds {len(unsettled)} effect(s) whose outcome is unknown; they "
-                "stay unknown."
+                f" The ledger holds {len(unsettled)} effect(s) whose outcome is unknown: unless "
+                "a later fact settles them, the job ends indeterminate."
             )
         return text
     raise ValueError(f"no statement for {spec.key!r}")

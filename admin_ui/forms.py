@@ -95,6 +95,19 @@ class ActionForm(forms.Form):
     )
     effects = EffectNamesField(required=False)
     accept_in_flight = forms.BooleanField(required=False)
+    seen_owners = forms.RegexField(
+        regex=r"^[0-9]{1,19}(,[0-9]{1,19}){0,49}$|^$",
+        required=False,
+        widget=forms.HiddenInput,
+        error_messages={"invalid": "The confirmation's list of owners is malformed; reload."},
+    )
+    """The fences of the earlier owners the confirmation showed as possibly in flight: the
+    store refuses the action when those have changed since."""
+
+    def seen_fences(self) -> list[int]:
+        """The fences :attr:`seen_owners` names (empty when none, or not yet valid)."""
+        raw = self.data.get("seen_owners", "") if self.is_bound else ""
+        return [int(f) for f in str(raw).split(",") if f.isdigit()]
 
     def clean_reason(self) -> str:
         reason = str(self.cleaned_data["reason"]).strip()
@@ -114,6 +127,7 @@ class BulkActionForm(ActionForm):
     seen_state = None  # type: ignore[assignment]
     effects = None  # type: ignore[assignment]
     accept_in_flight = None  # type: ignore[assignment]
+    seen_owners = None  # type: ignore[assignment]
     confirmed_count = forms.IntegerField(
         min_value=0, max_value=BIGINT_MAX, label="Type the number of jobs to confirm"
     )

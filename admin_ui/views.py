@@ -199,6 +199,17 @@ def _confirm_context(job: Job, spec: actions.ActionSpec, form: ActionForm) -> di
     else:
         checked = set(form.initial.get("effects", []))
     owners = driver().in_flight_owners(job.pk)
+    fences = [o.fence for o in owners]
+    seen = form.seen_fences() if form.is_bound else fences
+    owners_changed = form.is_bound and sorted(seen) != sorted(fences)
+    if owners_changed and isinstance(form.data, QueryDict):
+        # The operator accepted other owners than those shown now: they accept these anew.
+        data = form.data.copy()
+        data.pop("accept_in_flight", None)
+        data["seen_owners"] = ",".join(str(f) for f in fences)
+        form.data = data
+    elif not form.is_bound:
+        form.initial["seen_owners"] = ",".join(str(f) for f in fences)
     return {
         "job": job,
         "spec": spec,
@@ -210,7 +221,8 @@ def _confirm_context(job: Job, spec: actions.ActionSpec, form: ActionForm) -> di
         "checked": checked,
         "fact_outcome": actions.FACT_OUTCOMES.get(spec.verified, ""),
         "owners": owners,
-        # Only a not-applied retry is refused while an owner may be in flight (the store's
+        "owners_changed": owners_changed,
+        # Only a not-applied fact is refused while an owner may be in flight (the store's
         # rule); every other action still shows who that owner is and what it may do.
         "needs_acceptance": bool(owners) and spec.verified == "not_applied",
     }
@@ -235,12 +247,8 @@ def action_confirm(request: HttpRequest, job_id: int, key: str) -> HttpResponse:
     if not spec.offered_for(job):
         return _not_available(request, spec, job)
     initial: dict[str, Any] = {"version": job.version, "seen_state": job.state}
-    if spec.settles_effects:
-        unsettled = driver().unsettled_effects(job.pk)
-        # With one effect in question there is nothing to choose; with several, the operator
-        # ticks each one they verified.
-        if len(unsettled) == 1:
-            initial["effects"] = [unsettled[0].name]
+    # No effect is ever ticked for the operator: the verified fact is theirs to assert, even
+    # when only one effect is in question.
     form = ActionForm(initial=initial)
     context = _confirm_context(job, spec, form)
     return render(request, _template(request, "admin_ui/confirm.html", "dialog"), context)
@@ -281,6 +289,7 @@ def job_action(request: HttpRequest, job_id: int, key: str) -> HttpResponse:
             verified=spec.verified,
             effects=effects,
             accept_in_flight=form.cleaned_data["accept_in_flight"],
+            seen_owners=form.seen_fences(),
         )
     except ActionConflict as e:
         return _job_conflict(request, job, spec, form, str(e), back)
@@ -317,13 +326,10 @@ def _job_conflict(
             "seen_state": job.state,
             "reason": reason,
         }
-        if spec.settles_effects:
-            unsettled = driver().unsettled_effects(job.pk)
-            if len(unsettled) == 1:
-                initial["effects"] = [unsettled[0].name]
         fresh = ActionForm(initial=initial)
         context = _confirm_context(job, spec, fresh)
         context["changed"] = changed
+        context["conflict"] = message
         return render(request, "admin_ui/confirm.html", context, status=409)
     return render(
         request,

@@ -20,14 +20,26 @@ from ..storage.records import Lease
 from .registry import JobType, get
 
 
-def situation(jt: JobType, lease: Lease, *, now: datetime, ambiguous: bool = False) -> Situation:
+def situation(
+    jt: JobType,
+    lease: Lease,
+    *,
+    now: datetime,
+    ambiguous: bool = False,
+    cancel_requested: bool = False,
+) -> Situation:
     """What a decision about ``lease``'s attempt needs, as of the database's ``now``.
 
     ``ambiguous``: this attempt itself saw an effect's outcome become unknown. Otherwise the
     ledger's sticky answer is read: an earlier attempt's unknown outcome is not erased by this
     attempt's "nothing sent" (a transactional job's effect rolled back with its attempt, so it
-    has none to ask about)."""
+    has none to ask about). The ledger's applied effects are read with it, for the rule of a
+    job's end state. ``cancel_requested``: an operator asked the attempt to stop."""
     mode = EffectMode(lease.effect)
+    unsettled: tuple[str, ...] = ()
+    applied: tuple[str, ...] = ()
+    if mode != EffectMode.TRANSACTIONAL:
+        unsettled, applied = driver().ledger_summary(lease.job_id)
     return Situation(
         mode=mode,
         attempt=lease.attempt,
@@ -37,8 +49,9 @@ def situation(jt: JobType, lease: Lease, *, now: datetime, ambiguous: bool = Fal
         kind=lease.kind,
         has_fallback=jt.fallback is not None,
         fallback_shares_key=jt.fallback_shares_key,
-        unsettled_effect=ambiguous
-        or (mode != EffectMode.TRANSACTIONAL and driver().has_unsettled_effect(lease.job_id)),
+        unsettled_effect=ambiguous or bool(unsettled),
+        applied_effects=applied,
+        cancel_requested=cancel_requested,
     )
 
 
@@ -49,13 +62,15 @@ def abandoned(
     why: str,
     rng: random.Random,
     in_flight_grace: float = 0.0,
+    cancel_requested: bool = False,
 ) -> Decision:
     """The decision for a leased job whose attempt ended without a result (its lease expired,
-    or its executor gave it up): fail closed (park) when the type is unknown here."""
+    or its executor gave it up): fail closed (park) when the type is unknown here; cancelled
+    when an operator had asked the attempt to stop (unless an effect may have happened)."""
     jt = get(lease.name)
     if jt is None:
         return outcomes.unregistered(lease.name, by_reaper=True)
-    s = situation(jt, lease, now=now)
+    s = situation(jt, lease, now=now, cancel_requested=cancel_requested)
     return outcomes.after_abandon(
         s,
         unsettled_effect=s.unsettled_effect,

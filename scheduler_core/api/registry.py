@@ -50,6 +50,10 @@ class JobType:
     retry_on: tuple[Matcher, ...] = ()
     permanent_on: tuple[Matcher, ...] = ()
     reconcile: Callable[..., Any] | None = None
+    reconcile_takes_effect: bool = False
+    """Whether the reconcile function declares an ``effect`` parameter: it then receives the
+    effect it is asked about there (every reconcile function also finds it as
+    ``ctx.reconciling``)."""
     fallback: Callable[..., Any] | None = None
     fallback_shares_key: bool = False
     """Whether the fallback's destination accepts the primary's effect key (see
@@ -167,6 +171,7 @@ def job(
         runtime = None if timeout is None else check_timeout(timeout, what=f"job {jname}: timeout")
         if mode == EffectMode.RECONCILABLE and reconcile is None:
             raise ValueError(f"job {jname}: effect='reconcilable' needs reconcile=<function>")
+        takes_effect = _reconcile_takes_effect(jname, reconcile, sig)
         checked = _check_errors_and_schedule(
             jname,
             sig,
@@ -198,6 +203,7 @@ def job(
             lease_seconds=lease,
             retry_policy=policy,
             reconcile=reconcile,
+            reconcile_takes_effect=takes_effect,
             fallback=fallback,
             fallback_shares_key=bool(fallback_shares_key),
             **checked,
@@ -216,6 +222,32 @@ def job(
         return jt
 
     return register
+
+
+def _reconcile_takes_effect(
+    jname: str, reconcile: Callable[..., Any] | None, sig: inspect.Signature
+) -> bool:
+    """Whether ``reconcile`` declares the ``effect`` parameter (the effect it is asked about);
+    ``ValueError`` when it is no function of ``ctx``, or when the handler's payload also names
+    ``effect`` (the two would collide in the reconcile call)."""
+    if reconcile is None:
+        return False
+    if not callable(reconcile):
+        raise ValueError(f"job {jname}: reconcile must be a function reconcile(ctx, **payload)")
+    params = list(inspect.signature(reconcile).parameters.values())
+    if not params:
+        raise ValueError(f"job {jname}: the reconcile function's first parameter must be ctx")
+    takes = any(
+        p.name == "effect"
+        and p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+        for p in params[1:]
+    )
+    if takes and "effect" in sig.parameters:
+        raise ValueError(
+            f"job {jname}: the reconcile function's 'effect' parameter receives the effect it "
+            "is asked about, so the handler's payload may not also be named 'effect'"
+        )
+    return takes
 
 
 def _check_errors_and_schedule(

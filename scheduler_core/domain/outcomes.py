@@ -22,7 +22,7 @@ class Kind(enum.StrEnum):
 
 
 class Reconciliation(enum.StrEnum):
-    """A reconcile function's answer about the job's effect."""
+    """A reconcile function's answer about one effect of the job."""
 
     APPLIED = "applied"
     NOT_APPLIED = "not_applied"
@@ -63,6 +63,10 @@ class Situation:
     unsettled_effect: bool = False
     """Whether an effect of the job may have happened: intended, or unknown, in this attempt
     or any earlier one (the ledger's answer is sticky: only a stated fact settles it)."""
+    applied_effects: tuple[str, ...] = ()
+    """The names of the job's effects the ledger records applied (a stated fact)."""
+    cancel_requested: bool = False
+    """Whether an operator asked the job's running attempt to stop."""
 
 
 def _ambiguous(
@@ -128,11 +132,36 @@ def after_failure(
     """Decide what follows an attempt whose handler raised.
 
     ``in_flight_grace`` (the reaper's grace, passed by the executor) delays the attempt that
-    follows an indeterminate failure, so a request still in flight can land first.
+    follows an indeterminate failure, so a request still in flight can land first. The end
+    state passes :func:`final`, the ledger's rule.
     """
+    return final(
+        s,
+        _after_failure(
+            s,
+            failure,
+            policy=policy,
+            rng=rng,
+            message=message,
+            retry_after=retry_after,
+            in_flight_grace=in_flight_grace,
+        ),
+    )
+
+
+def _after_failure(
+    s: Situation,
+    failure: FailureClass,
+    *,
+    policy: RetryPolicy,
+    rng: random.Random,
+    message: str = "",
+    retry_after: float | None = None,
+    in_flight_grace: float = 0.0,
+) -> Decision:
     why = f"{failure.value}: {message}" if message else failure.value
     if s.has_fallback or s.kind == Kind.FALLBACK:
-        plain = after_failure(
+        plain = _after_failure(
             replace(s, has_fallback=False, kind=Kind.RUN),
             failure,
             policy=policy,
@@ -183,16 +212,63 @@ def unregistered(name: str, *, by_reaper: bool = False) -> Decision:
     )
 
 
-def after_cancel_request(*, handler_stopped: bool) -> Decision:
+def after_cancel_request(s: Situation, *, handler_stopped: bool) -> Decision:
     """Decide for an attempt that ends after an operator asked it to stop: the job is
     ``cancelled``. ``handler_stopped`` says the handler raised the cancel (else it returned, or
     failed, without an effect applied: a completion would have claimed work that was called off).
+    An effect that may have happened keeps the job out of ``cancelled`` (:func:`final`).
     """
     how = "the handler stopped" if handler_stopped else "the handler ended with no effect applied"
-    return Decision(
-        transition=states.CANCEL,
-        reason=f"cancelled by operator while running: {how}",
+    return final(
+        s,
+        Decision(
+            transition=states.CANCEL,
+            reason=f"cancelled by operator while running: {how}",
+        ),
     )
+
+
+def final(s: Situation, d: Decision) -> Decision:
+    """The ledger's rule for the state a job ends in; every decision above passes through it.
+
+    ``failed`` says the work did not happen, ``cancelled`` that it was called off before it
+    could. Neither may hide an effect:
+
+    * an effect that may have happened (intended or unknown in the ledger) turns either into
+      ``indeterminate``: an operator checks the destination and states the fact;
+    * an effect recorded applied turns ``failed`` into ``indeterminate`` too (the job did part
+      of its work; a retry skips what is applied, a resolve says it is done), and stays visible
+      behind ``cancelled``, whose reason names it.
+
+    A ``transactional`` job has no effect outside its own transaction, which rolled back with
+    any attempt that did not complete, so the rule leaves its decisions as they are.
+    """
+    target = d.transition.target
+    if s.mode == EffectMode.TRANSACTIONAL or target not in (
+        states.State.FAILED,
+        states.State.CANCELLED,
+    ):
+        return d
+    by_reaper = d.transition.name.startswith("reap_")
+    park = states.REAP_PARK if by_reaper else states.PARK
+    if s.unsettled_effect:
+        return replace(
+            d,
+            transition=park,
+            reason=f"{d.reason}; an effect may have happened (its outcome is unknown): "
+            "an operator verifies it",
+        )
+    if s.applied_effects:
+        names = ", ".join(s.applied_effects)
+        if target == states.State.CANCELLED:
+            return replace(d, reason=f"{d.reason}; effect(s) {names} had been applied")
+        return replace(
+            d,
+            transition=park,
+            reason=f"{d.reason}; effect(s) {names} applied before the job ended: an operator "
+            "resolves it, or retries it (applied effects are skipped)",
+        )
+    return d
 
 
 def after_abandon(
@@ -209,10 +285,42 @@ def after_abandon(
     Without an unsettled effect intent nothing can have happened outside the database, so a
     retry is safe. With one, the effect may have happened and the mode's rule applies. The
     reaper acts only after the lease and its grace ran out, so it passes no extra grace; a
-    release by a live executor passes ``in_flight_grace``.
+    release by a live executor passes ``in_flight_grace``. The end state passes
+    :func:`final`, the ledger's rule.
     """
+    if s.cancel_requested:
+        # The operator called the work off; the attempt never answered before its lease ended.
+        return final(
+            s,
+            Decision(
+                transition=states.REAP_CANCEL,
+                reason=f"cancelled by operator: {why} before the attempt answered the request",
+            ),
+        )
+    return final(
+        s,
+        _after_abandon(
+            s,
+            unsettled_effect=unsettled_effect,
+            policy=policy,
+            rng=rng,
+            why=why,
+            in_flight_grace=in_flight_grace,
+        ),
+    )
+
+
+def _after_abandon(
+    s: Situation,
+    *,
+    unsettled_effect: bool,
+    policy: RetryPolicy,
+    rng: random.Random,
+    why: str,
+    in_flight_grace: float = 0.0,
+) -> Decision:
     if s.kind == Kind.FALLBACK:
-        plain = after_abandon(
+        plain = _after_abandon(
             replace(s, kind=Kind.RUN),
             unsettled_effect=unsettled_effect,
             policy=policy,
@@ -244,41 +352,58 @@ def after_abandon(
     )
 
 
-def after_reconcile(answer: Reconciliation) -> Decision:
-    """Decide what follows a reconcile attempt's answer."""
-    if answer == Reconciliation.APPLIED:
-        return Decision(transition=states.COMPLETE, reason="reconciled: effect applied")
-    if answer == Reconciliation.NOT_APPLIED:
-        return Decision(
-            transition=states.RETRY,
-            reason="reconciled: effect not applied; run again under the same key",
-            spend_attempt=False,
-        )
-    return Decision(transition=states.PARK, reason="reconciled: destination cannot say")
-
-
-def after_reconcile_error(
+def after_reconcile(
     s: Situation,
-    failure: FailureClass,
     *,
+    still_unknown: tuple[str, ...],
+    whole_job: Reconciliation | None = None,
+    failure: FailureClass | None = None,
     policy: RetryPolicy,
     rng: random.Random,
     message: str = "",
     retry_after: float | None = None,
 ) -> Decision:
-    """Decide what follows a reconcile attempt whose lookup raised instead of answering.
+    """Decide what follows a reconcile attempt, which asked the destination about each effect
+    of unknown outcome, one at a time, and settled each one it had an answer for.
 
-    The effect is still unsettled, so the job never goes back to a plain run from here: a
-    transient error (the destination's lookup is briefly down, or says the request is still in
-    flight) asks again later, bounded by the job's attempts and age; anything else leaves the
-    question to an operator.
+    ``still_unknown`` names the effects still unsettled (the lookup answered ``unknown`` or
+    raised); ``failure`` is the class of the worst error a lookup raised, if any.
+    ``whole_job`` is the answer about the job as a whole, asked when the ledger held no effect
+    to ask about (a handler that reported an ambiguous outcome outside ``ctx.effect``):
+    ``applied`` then completes the job, as there is nothing in the ledger to perform again.
+
+    * Every effect settled: the job resumes with a ``run`` attempt, which skips the effects
+      applied and performs those not applied (or never started) under their keys. The
+      reconcile attempt is handed back to the budget: it decided, it did no work.
+    * A lookup that failed permanently: the destination cannot say; an operator decides.
+    * Otherwise (an ``unknown`` answer, a transient error) the question is asked again later,
+      bounded by the job's attempts and age, then left to an operator. The job never goes back
+      to a plain run while an effect is unknown.
     """
-    why = f"reconcile {failure.value}: {message}" if message else f"reconcile {failure.value}"
-    if failure != FailureClass.TRANSIENT:
+    if whole_job == Reconciliation.APPLIED and not still_unknown:
+        return Decision(
+            transition=states.COMPLETE,
+            reason="reconciled: the destination says the work was applied (no effect in the "
+            "ledger to settle)",
+        )
+    if not still_unknown:
+        return Decision(
+            transition=states.RETRY,
+            reason="reconciled: every effect of unknown outcome settled; the job resumes and "
+            "performs the effects not applied",
+            spend_attempt=False,
+        )
+    names = ", ".join(still_unknown)
+    if failure is not None:
+        why = f"reconcile {failure.value}: {message}" if message else f"reconcile {failure.value}"
+    else:
+        why = "reconciled: the destination cannot say yet"
+    why = f"{why} (effect(s) {names})"
+    if failure == FailureClass.PERMANENT:
         return Decision(transition=states.PARK, reason=f"{why}; the destination cannot say")
     if s.attempt >= s.max_attempts:
         return Decision(transition=states.PARK, reason=f"{why}; attempts exhausted")
-    if policy.max_age is not None and s.age_seconds >= policy.max_age:
+    if policy.too_old(s.age_seconds):
         return Decision(transition=states.PARK, reason=f"{why}; maximum age reached")
     return Decision(
         transition=states.RETRY,
@@ -303,7 +428,9 @@ def after_snooze(
     attempt is of the same kind (a snoozed fallback stays on the fallback).
     """
     if policy.too_old(s.age_seconds):
-        return Decision(transition=states.FAIL, reason="maximum age reached while snoozing")
+        return final(
+            s, Decision(transition=states.FAIL, reason="maximum age reached while snoozing")
+        )
     return Decision(
         transition=states.RETRY,
         delay=snooze_delay(seconds, cap=cap),

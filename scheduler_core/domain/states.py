@@ -9,7 +9,9 @@
     leased --lease expired, effect intended but not settled--> indeterminate
     leased --operator asks the running attempt to stop--> leased (cancel requested)
     leased --the attempt stops after the request (fenced)--> cancelled
+    leased --the request is never answered and the lease ends (reaper)--> cancelled
     waiting | failed | indeterminate --operator--> cancelled | waiting | succeeded
+    waiting --operator cancels while an effect is unknown, no fact stated--> indeterminate
 
 This module is pure: it names the states and transitions and answers whether a transition
 applies to a state. ``scheduler_core.storage`` is the only module that writes ``Job.state``, and
@@ -99,11 +101,17 @@ OP_RETRY = _t("operator_retry", {F, I}, W, fenced=False, operator=True)
 CANCEL = _t("cancel", {L}, C, fenced=True)
 """The attempt's own end after an operator's cancel request: its handler stopped (or returned
 without an applied effect). The write is also conditioned on the request being recorded."""
+REAP_CANCEL = _t("reap_cancel", {L}, C, fenced=True)
+"""The reaper's end of an attempt that never answered an operator's cancel request before its
+lease ran out (or its maximum runtime): the work was called off, so the job is not retried."""
 OP_CANCEL = _t("operator_cancel", {W, F, I}, C, fenced=False, operator=True)
 OP_REQUEST_CANCEL = _t("operator_request_cancel", {L}, L, fenced=False, operator=True)
 """An operator asks a running attempt to stop: the job stays leased and records the request
 (``Job.cancel_requested_at``); the attempt learns it at its next renewal and ends with
 :data:`CANCEL`."""
+OP_HOLD = _t("operator_hold", {W}, I, fenced=False, operator=True)
+"""An operator's cancel of a waiting job whose ledger holds an effect of unknown outcome, with
+no fact stated: the job stops running, but ``cancelled`` would hide the effect in question."""
 OP_RESOLVE = _t("operator_resolve", {F, I}, S, fenced=False, operator=True)
 OP_GIVE_UP = _t("operator_give_up", {I}, F, fenced=False, operator=True)
 
@@ -118,9 +126,11 @@ TRANSITIONS: tuple[Transition, ...] = (
     REAP_FAIL,
     REAP_PARK,
     CANCEL,
+    REAP_CANCEL,
     OP_RETRY,
     OP_CANCEL,
     OP_REQUEST_CANCEL,
+    OP_HOLD,
     OP_RESOLVE,
     OP_GIVE_UP,
 )

@@ -19,7 +19,7 @@ import scheduler_core.hooks as hooks
 from ..api import policy, registry
 from ..conf import tenure_settings
 from ..domain import outcomes, states
-from ..domain.classify import PayloadMismatch, classify, retry_after_of
+from ..domain.classify import FailureClass, PayloadMismatch, classify, retry_after_of
 from ..domain.modes import EffectMode
 from ..domain.outcomes import Decision, Kind, Reconciliation, Situation
 from ..exceptions import JobCancelled, Snooze, StaleAttempt
@@ -27,7 +27,7 @@ from ..read import metrics
 from ..storage.drivers import driver
 from ..storage.records import Failure, Lease
 from .completion import NextClaim, complete_read_back
-from .context import JobContext
+from .context import EffectRef, JobContext
 from .heartbeat import Heartbeater
 
 log = logging.getLogger("tenure.executor")
@@ -51,7 +51,8 @@ def run_lease(
     """Run one claimed attempt and record its end through the write seam.
 
     Returns the attempt's outcome (``succeeded``, ``retried``, ``failed``, ``indeterminate``,
-    ``snoozed``, ``cancelled`` or ``stale``). A refused write stops the attempt; nothing more is written for
+    ``snoozed``, ``cancelled``, ``reconciled`` (every effect in question settled: the job
+    resumes) or ``stale``). A refused write stops the attempt; nothing more is written for
     it and the refusal is recorded. With ``next_claim``, a successful attempt's completion
     transaction also claims the executor's next job (see :class:`NextClaim`). With ``defer``,
     a successful attempt of a job that is not ``transactional`` is handed to ``defer`` instead
@@ -171,25 +172,32 @@ def end_cancelled(ctx: JobContext, exc: BaseException, *, rng: random.Random | N
     # The handler stopped when it raised the cancel, or a refused effect intent did for it;
     # a refused completion means it returned.
     stopped = isinstance(exc, JobCancelled) and exc.write != states.COMPLETE.name
-    decision = outcomes.after_cancel_request(handler_stopped=stopped)
+    jt = registry.get(lease.name)
+    if jt is None:
+        return _park_unregistered(ctx)
+    decision = outcomes.after_cancel_request(_situation(ctx, jt), handler_stopped=stopped)
     failure = Failure(
         error_class="",
         error_type=f"{type(exc).__module__}.{type(exc).__qualname__}",
         message=str(exc),
     )
+    outcome = "cancelled" if decision.transition == states.CANCEL else _outcome_label(decision)
     try:
-        driver().finish(lease, decision, outcome="cancelled", failure=failure)
+        driver().finish(lease, decision, outcome=outcome, failure=failure)
     except StaleAttempt:
         if driver().leased_job(lease) is None:
             raise
         # Still this attempt's, so no request was recorded: not a cancel at all.
-        jt = registry.get(lease.name)
-        if jt is None:
-            return _park_unregistered(ctx)
         return _end_with_error(ctx, jt, exc, rng or random.Random())
     ctx.mark_cancel_requested()
-    log.info("job %s (%s) attempt %s: cancelled", lease.job_id, lease.name, lease.attempt)
-    return "cancelled"
+    log.info(
+        "job %s (%s) attempt %s: %s after a cancel request",
+        lease.job_id,
+        lease.name,
+        lease.attempt,
+        decision.transition.target.value,
+    )
+    return outcome
 
 
 def _park_unregistered(ctx: JobContext) -> str:
@@ -263,58 +271,94 @@ def _situation(ctx: JobContext, jt: registry.JobType) -> Situation:
     return policy.situation(jt, ctx.lease, now=driver().now(), ambiguous=ctx.ambiguous)
 
 
-# Attempt outcomes of a reconcile attempt (the column holds 20 characters).
-_RECONCILED = {
-    Reconciliation.APPLIED: "reconciled_applied",
-    Reconciliation.NOT_APPLIED: "reconciled_unapplied",
-    Reconciliation.UNKNOWN: "reconciled_unknown",
-}
-
-
 def _reconcile(ctx: JobContext, jt: registry.JobType, rng: random.Random) -> str:
-    """Ask the destination what happened to the job's effect; never re-run blindly."""
+    """Ask the destination what happened to each effect of unknown outcome, one at a time;
+    each answer settles that effect only (a fenced write, kept even if a later lookup fails).
+    Then decide: resume the job once every effect is settled, ask again later, or park. Never
+    re-run blindly."""
     lease = ctx.lease
     if jt.reconcile is None:
-        decision = outcomes.after_reconcile(Reconciliation.UNKNOWN)
+        decision = Decision(
+            transition=states.PARK,
+            reason="no reconcile function declared: the destination cannot be asked",
+        )
         driver().finish(lease, decision, outcome="reconciled_unknown")
-        return "indeterminate"
-    try:
-        answer = Reconciliation(jt.reconcile(ctx, **lease.payload))
-    except StaleAttempt:
-        raise
-    except Exception as exc:
-        log.warning("job %s: reconcile failed: %s", lease.job_id, exc)
-        return _reconcile_failed(ctx, jt, exc, rng)
-    # The ledger's answer and the job's transition commit together.
-    with driver().atomic():
-        driver().reconciled(lease, answer)
-        decision = outcomes.after_reconcile(answer)
-        driver().finish(lease, decision, outcome=_RECONCILED[answer])
-    return _outcome_label(decision)
-
-
-def _reconcile_failed(
-    ctx: JobContext, jt: registry.JobType, exc: BaseException, rng: random.Random
-) -> str:
-    """A lookup that raised: ask again later if the error was transient, else park."""
-    lease = ctx.lease
-    failure_class = classify(exc, retry_on=jt.retry_on, permanent_on=jt.permanent_on)
-    decision = outcomes.after_reconcile_error(
+        return _outcome_label(decision)
+    still: list[str] = []
+    worst: tuple[FailureClass, BaseException] | None = None
+    rows = driver().unsettled_effects(lease.job_id)
+    refs: list[EffectRef | None] = [
+        EffectRef(name=row.name, key=row.key, fence=row.fence, state=row.state) for row in rows
+    ]
+    # With no effect in the ledger to ask about (a handler that reported an ambiguous outcome
+    # outside ``ctx.effect``), the function is asked once about the job as a whole.
+    whole_job = not refs
+    answered: Reconciliation | None = None
+    for ref in refs or [None]:
+        ctx.check("reconcile")
+        name = ref.name if ref else "(the job)"
+        try:
+            answer = Reconciliation(_ask(jt, ctx, ref))
+        except StaleAttempt:
+            raise
+        except Exception as exc:
+            cls = classify(exc, retry_on=jt.retry_on, permanent_on=jt.permanent_on)
+            log.warning(
+                "job %s: reconcile of effect %s failed (%s): %s", lease.job_id, name, cls, exc
+            )
+            still.append(name)
+            if worst is None or cls == FailureClass.PERMANENT:
+                worst = (cls, exc)
+            continue
+        answered = answer
+        if answer == Reconciliation.UNKNOWN:
+            still.append(name)
+        elif ref is not None:
+            driver().reconciled(lease, answer, name=ref.name)
+    error = worst[1] if worst else None
+    decision = outcomes.after_reconcile(
         _situation(ctx, jt),
-        failure_class,
+        still_unknown=tuple(still),
+        whole_job=answered if whole_job else None,
+        failure=worst[0] if worst else None,
         policy=jt.retry_policy,
         rng=rng,
-        message=str(exc)[:500],
-        retry_after=getattr(exc, "retry_after", None),
+        message=str(error)[:500] if error else "",
+        retry_after=retry_after_of(error) if error else None,
     )
-    failure = Failure(
-        error_class=failure_class.value,
-        error_type=f"{type(exc).__module__}.{type(exc).__qualname__}",
-        message=str(exc),
-        traceback="".join(traceback.format_exception(exc)),
-    )
-    driver().finish(lease, decision, outcome=_outcome_label(decision), failure=failure)
+    failure = None
+    if worst is not None:
+        cls, error = worst
+        failure = Failure(
+            error_class=cls.value,
+            error_type=f"{type(error).__module__}.{type(error).__qualname__}",
+            message=str(error),
+            traceback="".join(traceback.format_exception(error)),
+        )
+    # The attempt's outcome column holds 20 characters; "reconciled_applied" is the one a
+    # completion is accepted under (the job as a whole answered applied).
+    if decision.transition == states.COMPLETE:
+        outcome = "reconciled_applied"
+    else:
+        outcome = "reconciled" if not still else "reconciled_unknown"
+    driver().finish(lease, decision, outcome=outcome, failure=failure)
+    if outcome == "reconciled":
+        return "reconciled"
     return _outcome_label(decision)
+
+
+def _ask(jt: registry.JobType, ctx: JobContext, ref: EffectRef | None) -> Any:
+    """Call the job type's reconcile function about one effect: ``ctx.reconciling`` names it,
+    and a function that declares an ``effect`` parameter receives it there too (None: the
+    job as a whole, which has no effect in the ledger)."""
+    assert jt.reconcile is not None
+    ctx.reconciling = ref
+    try:
+        if jt.reconcile_takes_effect:
+            return jt.reconcile(ctx, effect=ref, **ctx.lease.payload)
+        return jt.reconcile(ctx, **ctx.lease.payload)
+    finally:
+        ctx.reconciling = None
 
 
 def release(lease: Lease, *, why: str = "executor shutting down") -> None:
@@ -325,21 +369,29 @@ def release(lease: Lease, *, why: str = "executor shutting down") -> None:
     job whose type is not registered here is parked).
     """
     d = driver()
-    if d.leased_job(lease) is None:
+    job = d.leased_job(lease)
+    if job is None:
         raise StaleAttempt(lease.job_id, lease.fence, states.RELEASE.name)
     now = d.now()
     jt = registry.get(lease.name)
-    if jt is not None and not policy.situation(jt, lease, now=now).unsettled_effect:
+    cancel_requested = job.cancel_requested_at is not None
+    if (
+        jt is not None
+        and not cancel_requested
+        and not policy.situation(jt, lease, now=now).unsettled_effect
+    ):
         decision = Decision(
             transition=states.RELEASE, reason=why, spend_attempt=False, next_kind=Kind(lease.kind)
         )
     else:
-        # A live executor gives the attempt up: a request it sent may still be in flight.
+        # A live executor gives the attempt up: a request it sent may still be in flight. A
+        # job an operator asked to stop is not handed back to run again.
         decision = policy.abandoned(
             lease,
             now=now,
             why=why,
             rng=random.Random(),
             in_flight_grace=tenure_settings().REAP_GRACE_SECONDS,
+            cancel_requested=cancel_requested,
         )
     d.finish(lease, decision, outcome="released")

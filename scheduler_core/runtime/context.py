@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from dataclasses import dataclass
 from types import TracebackType
 
 import scheduler_core.hooks as hooks
@@ -15,6 +16,17 @@ from ..storage.drivers import driver
 from ..storage.records import Lease
 
 log = logging.getLogger("tenure.context")
+
+
+@dataclass(frozen=True, kw_only=True)
+class EffectRef:
+    """The effect a reconcile function is asked about: its name, its key (the one the run
+    attempts sent), the fence of the attempt that last started it and its ledger state."""
+
+    name: str
+    key: str
+    fence: int
+    state: str
 
 
 class JobContext:
@@ -39,6 +51,9 @@ class JobContext:
         self.lost_reason = ""
         self.ambiguous = False
         """True once an effect ended with its outcome unknown in this attempt."""
+        self.reconciling: EffectRef | None = None
+        """In a reconcile attempt, the effect the reconcile function is being asked about (it
+        is asked once per effect of unknown outcome; its answer settles that effect only)."""
 
     @property
     def lost(self) -> bool:

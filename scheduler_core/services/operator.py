@@ -50,6 +50,13 @@ def needs_fact(job: Job) -> bool:
     return job.state == states.State.INDETERMINATE or driver().has_unsettled_effect(job.pk)
 
 
+def ending_needs_fact(job: Job) -> bool:
+    """Whether cancelling ``job`` or giving it up needs a fact the operator verified: its
+    ledger holds an effect that may or may not have happened, which ``cancelled`` or
+    ``failed`` would otherwise hide."""
+    return driver().has_unsettled_effect(job.pk)
+
+
 def operator_action(
     job_id: int,
     *,
@@ -60,6 +67,7 @@ def operator_action(
     verified: str = "",
     effects: Sequence[str] = (),
     accept_in_flight: bool = False,
+    seen_owners: Sequence[int] | None = None,
 ) -> ActionResult:
     """Apply an operator's ``retry``, ``cancel``, ``resolve``, ``give_up`` or ``cancel_running``
     to one job.
@@ -79,10 +87,24 @@ def operator_action(
     name), never to every effect of the job: with one unsettled effect it may be left out;
     with several, each one verified is named. A resolve must cover every unsettled effect.
 
-    A ``not_applied`` retry is refused while an earlier owner may still be in flight
-    (:meth:`~scheduler_core.storage.base.Driver.in_flight_owners`) unless ``accept_in_flight`` says the operator accepts it: that
-    owner, paused between its check and its send, would send when it resumes, and only a
-    destination that checks the fencing token would refuse it.
+    Cancelling or giving up a job whose ledger holds an effect of unknown outcome needs a
+    fact too (:func:`ending_needs_fact`), about every such effect: ``applied`` or
+    ``not_applied`` to cancel, ``not_applied`` to give up; so the unknown never hides behind
+    ``cancelled`` or ``failed``. Without one, cancelling a waiting job holds it
+    ``indeterminate`` (it stops running, the effect stays in question); any other such cancel
+    or give-up is refused. Giving up a job with an effect recorded applied is refused:
+    ``failed`` would say it did not happen.
+
+    A ``not_applied`` fact (to retry, cancel or give up) is refused while an earlier owner may
+    still be in flight
+    (:meth:`~scheduler_core.storage.base.Driver.in_flight_owners`) unless ``accept_in_flight``
+    says the operator accepts it: that owner, paused between its check and its send, would send
+    when it resumes, and only a destination that checks the fencing token would refuse it.
+    ``seen_owners`` are the fences of the owners the operator's confirmation showed (the
+    dashboard and the command line always pass them): the action is refused as a conflict
+    when the owners that may be in flight are not those, so an acceptance covers only the
+    owners the operator saw. Every retry waits out the grace such an owner is given
+    (:attr:`~scheduler_core.storage.records.InFlightOwner.clear_at`).
     """
     reason = (reason or "").strip()
     if not reason:
@@ -110,14 +132,31 @@ def operator_action(
             )
         named = _facts_about(job, action, effect_state, effects)
         owners = d.in_flight_owners(job_id)
-        if effect_state == Effect.NOT_APPLIED and owners and not accept_in_flight:
-            who = ", ".join(f"{o.executor} (attempt {o.attempt}, fence {o.fence})" for o in owners)
-            raise ActionRefused(
-                f"an earlier owner may still be in flight: {who}. Its lease ran out and it is "
-                "not known to have stopped; paused between its check and its send, it sends "
-                "when it resumes, and only a destination that checks the fencing token refuses "
-                "it. Confirm that you accept this (or that the process is gone) to retry."
+        now_fences = sorted(o.fence for o in owners)
+        if seen_owners is not None and sorted(set(seen_owners)) != now_fences:
+            raise ActionConflict(
+                f"the earlier owners of job {job_id} that may still be in flight changed since "
+                f"the confirmation: it showed {_fences(seen_owners)}, now {_fences(now_fences)}; "
+                "reload and decide again"
             )
+        if effect_state == Effect.NOT_APPLIED and owners and not accept_in_flight:
+            who = ", ".join(
+                f"{o.executor} (attempt {o.attempt}, fence {o.fence}, {o.ended})" for o in owners
+            )
+            raise ActionRefused(
+                f"an earlier owner may still be in flight: {who}. Its attempt was ended for it "
+                "and it is not known to have stopped; paused between its check and its send, "
+                "it sends when it resumes, and only a destination that checks the fencing token "
+                "refuses it, and the fact you state may then become untrue. Confirm that you "
+                "accept this (or that the process is gone)."
+            )
+        if t == states.OP_RETRY:
+            # The next attempt starts no earlier than such an owner's grace runs out, as the
+            # reaper's would.
+            wait = max(
+                ((o.clear_at - d.now()).total_seconds() for o in owners if o.clear_at), default=0
+            )
+            fields["run_at"] = DbNow(max(0.0, wait))
         if not d.operator_transition(
             job_id, expected_version=expected_version, transition=t, fields=fields
         ):
@@ -156,6 +195,10 @@ def operator_action(
     return ActionResult(job=job, audit=audit)
 
 
+def _fences(fences: Sequence[int]) -> str:
+    return f"fences {', '.join(str(f) for f in sorted(set(fences)))}" if fences else "none"
+
+
 def _facts_about(job: Job, action: str, effect_state: str, effects: Sequence[str]) -> list[Effect]:
     """The ledger rows a verified fact is about: the effects named, which must be unsettled;
     none named means the only unsettled one. A resolve must leave none unsettled."""
@@ -177,9 +220,11 @@ def _facts_about(job: Job, action: str, effect_state: str, effects: Sequence[str
             raise ActionRefused(f"effect {name!r} of job {job.pk} is not awaiting a fact")
         named.append(unsettled[name])
     left = sorted(set(unsettled) - {row.name for row in named})
-    if action == "resolve" and left:
+    ended = {"resolve": "a succeeded", "cancel": "a cancelled", "give_up": "a failed"}
+    if action in ended and left:
         raise ActionRefused(
-            f"effect(s) {', '.join(left)} would stay unknown in a succeeded job: verify them too"
+            f"effect(s) {', '.join(left)} would stay unknown in {ended[action]} job: verify "
+            "them too"
         )
     return named
 
@@ -204,7 +249,7 @@ def _operator_plan(
             "attempt to stop (cancel_running)"
         )
     if action == "cancel":
-        return states.OP_CANCEL, {"finished_at": DbNow(), "reason": "cancelled by operator"}, ""
+        return _cancel_plan(job, verified)
     if action == "retry":
         effect_state = ""
         # A failed job whose effect outcome is unknown needs the same stated fact as an
@@ -249,12 +294,60 @@ def _operator_plan(
             Effect.APPLIED,
         )
     if action == "give_up":
+        applied = sorted(e.name for e in driver().applied_of_job(job.pk))
+        if applied:
+            raise ActionRefused(
+                f"effect(s) {', '.join(applied)} of job {job.pk} were applied: failed would say "
+                "they did not happen; resolve the job, or cancel it"
+            )
+        effect_state = ""
+        if ending_needs_fact(job):
+            if verified != "not_applied":
+                raise ActionRefused(
+                    "giving up a job whose effect outcome is unknown needs the fact you "
+                    "verified: not_applied (failed says the effect did not happen)"
+                )
+            effect_state = Effect.NOT_APPLIED
+        elif verified:
+            raise ActionRefused(f"{verified} is a fact about an unknown outcome; this job has none")
         return (
             states.OP_GIVE_UP,
             {"finished_at": DbNow(), "reason": "operator gave up"},
-            "",
+            effect_state,
         )
     raise ActionRefused(f"unknown action {action!r}")
+
+
+def _cancel_plan(job: Job, verified: str) -> tuple[states.Transition, dict[str, Any], str]:
+    """Cancel: at once when no effect is in question; with the fact the operator verified
+    about each effect of unknown outcome; else, for a waiting job, held indeterminate."""
+    if not ending_needs_fact(job):
+        if verified:
+            raise ActionRefused(f"{verified} is a fact about an unknown outcome; this job has none")
+        return states.OP_CANCEL, {"finished_at": DbNow(), "reason": "cancelled by operator"}, ""
+    if verified in (Effect.APPLIED, Effect.NOT_APPLIED):
+        outcome = "applied" if verified == Effect.APPLIED else "not applied"
+        return (
+            states.OP_CANCEL,
+            {"finished_at": DbNow(), "reason": f"cancelled by operator (verified {outcome})"},
+            verified,
+        )
+    if verified:
+        raise ActionRefused("cancelling states applied or not_applied about the unknown effects")
+    names = ", ".join(e.name for e in driver().unsettled_effects(job.pk))
+    if job.state == states.State.WAITING:
+        return (
+            states.OP_HOLD,
+            {
+                "reason": f"cancel requested by operator, but effect(s) {names} may have "
+                "happened: held for an operator to verify, then cancel"
+            },
+            "",
+        )
+    raise ActionRefused(
+        f"effect(s) {names} of job {job.pk} may or may not have happened: cancelled would hide "
+        "that. State the fact you verified for each (applied or not_applied) to cancel"
+    )
 
 
 BULK_ACTIONS = frozenset({"retry", "cancel"})

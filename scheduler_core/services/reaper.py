@@ -109,7 +109,13 @@ def _reap(
                 else f"lease expired (owner {job.lease_owner})"
             )
             lease = d.lease_of(job)
-            decision = policy.abandoned(lease, now=now, why=why, rng=rng)
+            decision = policy.abandoned(
+                lease,
+                now=now,
+                why=why,
+                rng=rng,
+                cancel_requested=job.cancel_requested_at is not None,
+            )
             try:
                 # The expiry is re-checked in the write itself: a late heartbeat may have landed.
                 d.finish(lease, decision, outcome="lease_expired", expired_for=grace)

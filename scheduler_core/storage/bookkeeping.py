@@ -4,6 +4,7 @@ owners in flight), the count snapshot, and the operator's transitions and facts.
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import os
 import socket
@@ -30,6 +31,7 @@ from ..models import (
 from .clock import DbNow
 from .core import DriverCore
 from .records import (
+    IN_FLIGHT_OUTCOMES,
     InFlightOwner,
     Lease,
     with_note,
@@ -182,23 +184,50 @@ class Bookkeeping(DriverCore):
 
     def in_flight_owners(self, job_id: int, *, limit: int = 20) -> list[InFlightOwner]:
         """The job's earlier owners that may still be in flight (see :class:`InFlightOwner`),
-        newest first. An executor is known gone only once it recorded its own stop."""
-        reaped = list(
-            Attempt.objects.using(self.alias)
-            .filter(job_id=job_id, outcome="lease_expired")
-            .order_by("-fence")
-            .values("number", "fence", "executor", "heartbeat_at", "finished_at")[:limit]
+        newest first: attempts the reaper ended (their lease ran out, or their maximum runtime)
+        or that their executor released unfinished inside an effect, unless their executor is
+        known gone. An
+        executor is known gone once it recorded its own stop, and not before
+        ``TENURE_REAP_GRACE_SECONDS`` after the attempt ended: a process recording its stop
+        may still be on its way out."""
+        # A released attempt can still send only what it had started: an intent it left
+        # unsettled (one released before its handler began, or between effects, cannot).
+        left_unsettled = EffectEvent.objects.using(self.alias).filter(
+            attempt_id=OuterRef("pk"), event=EffectEvent.LEFT_UNSETTLED
         )
+        ended = list(
+            Attempt.objects.using(self.alias)
+            .filter(job_id=job_id, outcome__in=IN_FLIGHT_OUTCOMES)
+            .filter(Q(outcome="lease_expired") | Exists(left_unsettled))
+            .order_by("-fence")
+            .values(
+                "number",
+                "fence",
+                "executor",
+                "outcome",
+                "heartbeat_at",
+                "finished_at",
+            )[:limit]
+        )
+        if not ended:
+            return []
         rows = {
             e.id: e
             for e in Executor.objects.using(self.alias).filter(
-                id__in={a["executor"] for a in reaped}
+                id__in={a["executor"] for a in ended}
             )
         }
+        grace = dt.timedelta(seconds=tenure_settings().REAP_GRACE_SECONDS)
+        now = self.now()
         out = []
-        for a in reaped:
+        for a in ended:
             ex = rows.get(a["executor"])
-            if ex is not None and ex.stopped_at is not None:
+            # The reaper ended its attempts only after the lease and the grace ran out; a
+            # released attempt's handler may run on from the moment of release.
+            clear_at = a["finished_at"] or now
+            if a["outcome"] == "released":
+                clear_at += grace
+            if ex is not None and ex.stopped_at is not None and clear_at <= now:
                 continue
             out.append(
                 InFlightOwner(
@@ -208,6 +237,8 @@ class Bookkeeping(DriverCore):
                     last_heartbeat=a["heartbeat_at"],
                     reaped_at=a["finished_at"],
                     executor_last_seen=ex.heartbeat_at if ex is not None else None,
+                    ended=IN_FLIGHT_OUTCOMES[a["outcome"]],
+                    clear_at=clear_at,
                 )
             )
         return out

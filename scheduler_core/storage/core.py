@@ -423,7 +423,7 @@ class DriverCore:
                     | Exists(self.applied_of_job(OuterRef("pk")))
                 )
             )
-        if t == states.CANCEL:
+        if t in (states.CANCEL, states.REAP_CANCEL):
             # An attempt ends its job cancelled only after an operator asked it to stop.
             guard = guard.filter(cancel_requested_at__isnull=False)
         # No savepoint (two round trips per attempt): a refusal writes nothing and is raised after

@@ -48,6 +48,22 @@ class LedgerOps(DriverCore):
         has settled it. Every decision that asks "may this effect have happened?" asks this."""
         return bool(self.unsettled_of_job(job_id).exists())
 
+    def ledger_summary(self, job_id: int) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """The names of the job's effects that may or may not have happened (intended or
+        unknown), and of those recorded applied, in one read: what the ledger's rule for a
+        job's end state (:func:`scheduler_core.domain.outcomes.final`) needs."""
+        rows = (
+            Effect.objects.using(self.alias)
+            .filter(job_id=job_id, state__in=[Effect.INTENDED, Effect.UNKNOWN, Effect.APPLIED])
+            .order_by("name")
+            .values_list("name", "state")
+        )
+        unsettled: list[str] = []
+        applied: list[str] = []
+        for name, state in rows:
+            (applied if state == Effect.APPLIED else unsettled).append(name)
+        return tuple(unsettled), tuple(applied)
+
     def unsettled_effects(self, job_id: int) -> list[Effect]:
         """The job's ledger rows that may or may not have happened, by name."""
         return list(self.unsettled_of_job(job_id).order_by("name"))
@@ -289,29 +305,34 @@ class LedgerOps(DriverCore):
             self._event(row.pk, lease, event, after, in_doubt=in_doubt, note=note)
         return after
 
-    def reconciled(self, lease: Lease, answer: outcomes.Reconciliation) -> None:
-        """Record a reconcile attempt's answer on the job's unsettled effects (fenced): a stated
-        fact, so it settles them (``unknown`` changes nothing)."""
+    def reconciled(self, lease: Lease, answer: outcomes.Reconciliation, *, name: str) -> bool:
+        """Record a reconcile attempt's answer about effect ``name`` (fenced): a stated fact, so
+        it settles that ledger row, and only that one (``unknown`` changes nothing). Returns
+        whether the row was settled (False: it was not unsettled any more)."""
         state = {
             outcomes.Reconciliation.APPLIED: Effect.APPLIED,
             outcomes.Reconciliation.NOT_APPLIED: Effect.NOT_APPLIED,
         }.get(answer)
         if state is None:
-            return
+            return False
         with transaction.atomic(using=self.alias):
             self.assert_current(lease, "effect_outcome", lease_valid=False)
-            for pk in list(self.unsettled_of_job(lease.job_id).values_list("pk", flat=True)):
-                Effect.objects.using(self.alias).filter(pk=pk).update(
-                    state=state,
-                    in_doubt=False,
-                    note=f"reconciled by attempt {lease.attempt}",
-                    updated_at=DbNow(),
-                )
-                self._event(
-                    pk,
-                    lease,
-                    EffectEvent.RECONCILED,
-                    state,
-                    in_doubt=False,
-                    note=f"the destination's lookup answered {answer.value}",
-                )
+            pk = self.unsettled_of_job(lease.job_id).filter(name=name).values_list("pk", flat=True)
+            row = pk.first()
+            if row is None:
+                return False
+            Effect.objects.using(self.alias).filter(pk=row).update(
+                state=state,
+                in_doubt=False,
+                note=f"reconciled by attempt {lease.attempt}",
+                updated_at=DbNow(),
+            )
+            self._event(
+                row,
+                lease,
+                EffectEvent.RECONCILED,
+                state,
+                in_doubt=False,
+                note=f"the destination's lookup answered {answer.value}",
+            )
+        return True

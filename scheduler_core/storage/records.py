@@ -79,6 +79,16 @@ class InFlightOwner:
     reaped_at: datetime | None
     executor_last_seen: datetime | None
     """The executor's own last liveness beat (None: no row for it)."""
+    ended: str = "lease expired"
+    """How the attempt ended without its owner's result: ``lease expired`` (the reaper ended
+    it, its maximum runtime included) or ``released`` (its executor gave it up unfinished)."""
+    clear_at: datetime | None = None
+    """The database time before which a new attempt must not start: the attempt's lease end
+    (or release) plus the reaper's grace, the time a paused owner is given everywhere."""
+
+
+IN_FLIGHT_OUTCOMES = {"lease_expired": "lease expired", "released": "released"}
+"""The attempt outcomes that leave its owner possibly still running: ended for it, not by it."""
 
 
 def new_executor_id(kind: str = "exec") -> str:

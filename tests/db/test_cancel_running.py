@@ -24,6 +24,7 @@ from django.urls import reverse
 
 from scheduler_core import job
 from scheduler_core.domain import outcomes, states
+from scheduler_core.domain.modes import EffectMode
 from scheduler_core.domain.outcomes import Decision
 from scheduler_core.exceptions import (
     ActionConflict,
@@ -123,6 +124,12 @@ def transactional(ctx: Any) -> None:
     StaleWrite.objects.create(job_id=ctx.job_id, fence=ctx.fence, write="handler", executor="h")
     renew()
     ctx.check_cancelled()
+
+
+SITUATION = outcomes.Situation(
+    mode=EffectMode.AT_LEAST_ONCE, attempt=1, max_attempts=3, age_seconds=1.0
+)
+"""A decision's inputs with no effect in question."""
 
 
 def claim(j: Job) -> Lease:
@@ -286,33 +293,51 @@ def test_an_effect_applied_before_the_request_lets_the_job_succeed_and_the_page_
     assert "Cancel requested after its effect was applied" in page
 
 
-def test_an_ignored_request_ends_at_the_maximum_runtime_as_today() -> None:
+def test_an_ignored_request_ends_the_job_cancelled_when_its_lease_ends() -> None:
+    """Fails on the code before: the reaper retried the job the operator had called off."""
     outcome, row = run(ignores.enqueue())
     assert seen == {"renewed": True}
     # Past its deadline its completion is refused like any overrunning attempt's.
     assert outcome == "stale" and row.state == "leased"
     Job.objects.filter(pk=row.pk).update(lease_expires_at=driver().now() - dt.timedelta(seconds=5))
-    assert reaper.reap_once() == {"reap_retry": 1}
+    assert reaper.reap_once() == {"reap_cancel": 1}
     row.refresh_from_db()
-    assert row.state == "waiting"
-    assert row.reason.startswith("maximum runtime of 0.5s exceeded")
+    assert row.state == "cancelled" and row.finished_at is not None
+    assert row.reason.startswith("cancelled by operator: maximum runtime of 0.5s exceeded")
+    assert row.attempt_set.get().outcome == "lease_expired"
 
 
-def test_a_stale_attempt_cannot_write_after_a_cancel_request() -> None:
+def test_an_ignored_request_with_an_effect_in_question_ends_indeterminate() -> None:
+    """A cancel never hides an effect that may have happened (fails on the code before: the
+    job was retried, and a cancel would have ended it cancelled)."""
+    j = cooperative.enqueue()
+    lease = claim(j)
+    driver().effect_intend(lease, "send")  # and the process dies before it learns the outcome
+    request_cancel(j.pk)
+    Job.objects.filter(pk=j.pk).update(lease_expires_at=driver().now() - dt.timedelta(seconds=5))
+    assert reaper.reap_once() == {"reap_park": 1}
+    row = Job.objects.get(pk=j.pk)
+    assert row.state == "indeterminate"
+    assert "an effect may have happened" in row.reason
+    assert Effect.objects.get(job=j).state == Effect.UNKNOWN
+
+
+def test_a_stale_attempt_cannot_use_a_later_attempts_cancel_request() -> None:
     j = cooperative.enqueue()
     old = claim(j)
-    request_cancel(j.pk)
-    # Its lease runs out; the reaper hands the job on; a new attempt claims it.
+    # Its lease runs out; the reaper hands the job on; a new attempt claims it and is asked
+    # to stop.
     Job.objects.filter(pk=j.pk).update(lease_expires_at=driver().now() - dt.timedelta(seconds=5))
     reaper.reap_once()
     new = claim(j)
     assert new.fence == old.fence + 1
+    request_cancel(j.pk)
     with pytest.raises(StaleAttempt):
         driver().heartbeat(old)
     with pytest.raises(StaleAttempt) as refused:
         driver().effect_intend(old, "send")
     assert type(refused.value) is StaleAttempt  # a lost lease, not a cancel
-    decision = outcomes.after_cancel_request(handler_stopped=True)
+    decision = outcomes.after_cancel_request(SITUATION, handler_stopped=True)
     with pytest.raises(StaleAttempt):
         driver().finish(old, decision, outcome="cancelled")
     with pytest.raises(StaleAttempt):
@@ -325,7 +350,9 @@ def test_an_attempt_ends_its_job_cancelled_only_after_a_request() -> None:
     j = cooperative.enqueue()
     lease = claim(j)
     with pytest.raises(StaleAttempt):
-        driver().finish(lease, outcomes.after_cancel_request(handler_stopped=True), outcome="x")
+        driver().finish(
+            lease, outcomes.after_cancel_request(SITUATION, handler_stopped=True), outcome="x"
+        )
     assert Job.objects.get(pk=j.pk).state == "leased"
     # A handler raising the cancel exception unasked is an ordinary failure (retried).
     outcome, row = run(raises_unasked.enqueue())

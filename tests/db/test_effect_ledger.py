@@ -228,10 +228,14 @@ def test_reconcile_attempt_runs_under_a_fresh_claim_and_settles_the_ledger() -> 
     _due_now(j.pk)
     lease2 = _claim_one(j.pk)
     assert lease2.kind == "reconcile" and lease2.fence == lease1.fence + 1
-    assert run_lease(lease2) == "succeeded"
+    assert run_lease(lease2) == "reconciled"
     e = Effect.objects.get(job_id=j.pk)
     assert e.state == Reconciliation.APPLIED.value
-    assert calls == []  # the lookup answered; nothing was re-run
+    # The job resumes: its run attempt skips the effect the lookup found applied.
+    job_row = Job.objects.get(pk=j.pk)
+    assert (job_row.state, job_row.next_kind, job_row.attempts) == ("waiting", "run", 1)
+    assert run_lease(_claim_one(j.pk)) == "succeeded"
+    assert calls == []  # the lookup answered; nothing was sent again
 
 
 def test_operator_retry_of_indeterminate_job_reuses_the_same_effect_key() -> None:

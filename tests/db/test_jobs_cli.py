@@ -156,3 +156,51 @@ def test_a_reason_is_required_by_the_command_line_itself(capsys: Any) -> None:
     code, _, err = jobs_cli(capsys, "retry", str(j.pk))
     assert code != 0 and "--reason" in err
     assert Job.objects.get(pk=j.pk).state == "failed"
+
+
+def test_a_not_applied_fact_names_the_owners_it_accepts_by_fence(capsys: Any) -> None:
+    """The command line acknowledges exactly the owners that may be in flight, by fence, as
+    the dashboard's confirmation does (fails on the code before: a bare flag accepted any)."""
+    j = f.reaped("ui.short_notify")
+    fence = Job.objects.get(pk=j.pk).fence
+    before = snapshot()
+    code, _, err = jobs_cli(capsys, "retry", str(j.pk), "--reason", "r", "--fact", "not_applied")
+    assert code == EXIT_REFUSED and "may still be in flight" in err
+    assert f"--accept-in-flight {fence}" in err
+    code, _, err = jobs_cli(
+        capsys,
+        "retry",
+        str(j.pk),
+        "--reason",
+        "r",
+        "--fact",
+        "not_applied",
+        "--accept-in-flight",
+        str(fence + 7),
+    )
+    assert code == EXIT_CONFLICT and f"showed fences {fence + 7}, now fences {fence}" in err
+    assert snapshot() == before
+    code, out, _ = jobs_cli(
+        capsys,
+        "retry",
+        str(j.pk),
+        "--reason",
+        "r",
+        "--fact",
+        "not_applied",
+        "--accept-in-flight",
+        str(fence),
+    )
+    assert code == 0 and "indeterminate -> waiting" in out
+
+
+def test_cancel_states_the_fact_about_an_unknown_effect(capsys: Any) -> None:
+    j = f.indeterminate("ui.charge", effects=("charge",))
+    before = snapshot()
+    code, _, err = jobs_cli(capsys, "cancel", str(j.pk), "--reason", "r")
+    assert code == EXIT_REFUSED and "cancelled would hide" in err
+    assert "--verified applied|not_applied" in err
+    assert snapshot() == before
+    code, out, _ = jobs_cli(capsys, "cancel", str(j.pk), "--reason", "r", "--fact", "applied")
+    assert code == 0 and "indeterminate -> cancelled" in out
+    assert Effect.objects.get(job=j).state == Effect.APPLIED

@@ -535,12 +535,12 @@ def _left_unknown() -> tuple[Effect, Any]:
         (Reconciliation.NOT_APPLIED, Effect.NOT_APPLIED),
     ],
 )
-def test_reconciled_settles_every_unsettled_effect_with_the_destinations_answer(
+def test_reconciled_settles_the_named_effect_with_the_destinations_answer(
     answer: Reconciliation, state: str
 ) -> None:
     d = driver()
     eff, rec = _left_unknown()
-    d.reconciled(rec, answer)
+    assert d.reconciled(rec, answer, name="send") is True
     row = Effect.objects.get(pk=eff.pk)
     assert (row.state, row.in_doubt, row.note) == (state, False, "reconciled by attempt 2")
     last = EffectEvent.objects.filter(effect_id=eff.pk).latest("id")
@@ -559,7 +559,7 @@ def test_reconciled_with_an_unknown_answer_changes_nothing() -> None:
     d = driver()
     eff, rec = _left_unknown()
     events = _events(eff)
-    d.reconciled(rec, Reconciliation.UNKNOWN)
+    assert d.reconciled(rec, Reconciliation.UNKNOWN, name="send") is False
     assert Effect.objects.get(pk=eff.pk).state == Effect.UNKNOWN
     assert _events(eff) == events
 
@@ -569,8 +569,24 @@ def test_reconciled_is_refused_when_the_fence_moved() -> None:
     eff, rec = _left_unknown()
     take_over(rec)
     with pytest.raises(StaleAttempt):
-        d.reconciled(rec, Reconciliation.APPLIED)
+        d.reconciled(rec, Reconciliation.APPLIED, name="send")
     assert Effect.objects.get(pk=eff.pk).state == Effect.UNKNOWN
+
+
+def test_reconciled_settles_only_the_effect_it_names() -> None:
+    """Fails on the code before: one answer settled every unsettled effect of the job."""
+    d = driver()
+    first = claim_one()
+    for name in ("charge", "receipt"):
+        eff = d.effect_intend(first, name)
+        d.effect_settle(first, eff.key, Effect.UNKNOWN)
+    retry_now(first, next_kind=Kind.RECONCILE)
+    [rec] = claim()
+    assert d.reconciled(rec, Reconciliation.APPLIED, name="charge") is True
+    states = dict(Effect.objects.filter(job_id=rec.job_id).values_list("name", "state"))
+    assert states == {"charge": Effect.APPLIED, "receipt": Effect.UNKNOWN}
+    assert d.ledger_summary(rec.job_id) == (("receipt",), ("charge",))
+    assert d.reconciled(rec, Reconciliation.NOT_APPLIED, name="charge") is False  # settled
 
 
 # -- operators: operator_transition, record_operator_fact, audit -------------------------------

@@ -139,11 +139,15 @@ def test_operator_sees_every_category_and_resolves_an_indeterminate_job(page: An
     dialog = page.locator("#dialog")
     dialog.wait_for()
     assert "I verified at the destination that each effect I ticked happened" in dialog.inner_text()
-    # The one effect in question comes ticked.
-    assert dialog.locator('input[name="effects"][value="charge"]').is_checked()
+    # The verified fact is the operator's to assert: no box comes ticked, and the browser
+    # does not send the form until the one effect in question is.
+    boxes = dialog.locator('input[type="checkbox"]')
+    assert [boxes.nth(i).is_checked() for i in range(boxes.count())] == [False] * boxes.count()
     assert IDEMPOTENT_PROMISE in dialog.inner_text()
     page.fill("#id_reason", "Provider dashboard shows charge ch_123 captured")
     page.check("#id_confirm")
+    assert dialog.locator("form").evaluate("f => f.checkValidity()") is False
+    dialog.locator('input[name="effects"][value="charge"]').check()
     if SHOTS:
         page.screenshot(path=str(Path(SHOTS) / "resolve-dialog.png"))
     dialog.locator("button[type=submit]").click()
@@ -181,8 +185,7 @@ def test_operator_retries_an_indeterminate_job_whose_owner_may_be_in_flight(page
     assert "If it is paused between its check and its send, it will send when it resumes" in text
     assert "only a destination that checks the fencing token closes this window" in text
     effect = dialog.locator('input[name="effects"][value="charge"]')
-    assert effect.is_checked()  # the one effect in question comes ticked
-    effect.uncheck()
+    assert not effect.is_checked()  # the operator ticks what they verified, never the page
     effect.check()
     page.fill("#id_reason", "Mail server log: no message for this key")
     page.check("#id_confirm")

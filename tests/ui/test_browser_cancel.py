@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from scheduler_core.domain import outcomes
+from scheduler_core.domain.modes import EffectMode
 from scheduler_core.models import AuditEntry, Job
 from scheduler_core.storage.drivers import driver
 
@@ -58,7 +59,10 @@ def test_operator_cancels_a_running_job_and_the_page_shows_the_request(
 
     # The attempt learns it at its next renewal and stops: the page shows the outcome.
     assert driver().heartbeat(lease) is True
-    decision = outcomes.after_cancel_request(handler_stopped=True)
+    decision = outcomes.after_cancel_request(
+        outcomes.Situation(mode=EffectMode.AT_LEAST_ONCE, attempt=1, max_attempts=3, age_seconds=1),
+        handler_stopped=True,
+    )
     driver().finish(lease, decision, outcome="cancelled")
     page.reload()
     assert page.locator(".badge.big").inner_text() == "cancelled"

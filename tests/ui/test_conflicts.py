@@ -148,5 +148,6 @@ def test_a_job_that_came_back_to_the_same_state_offers_the_action_again(
     assert "State now <span" in html and f"version {seen} → {job.version}" in html
     assert f"Attempt 2 on executor {f.EXECUTOR} ended (indeterminate)" in html
     assert "provider shows it captured" in html
-    assert 'value="charge" id="id_effect_1" checked' in html
+    # The reason is kept; the fact is not: the job changed, so the operator ticks it anew.
+    assert 'value="charge" id="id_effect_1" required>' in html
     assert Job.objects.get(pk=job.pk).state == "indeterminate"

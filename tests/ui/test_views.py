@@ -48,6 +48,10 @@ def act(client: Client, job: Job, key: str, *, version: int | None = None, **ext
         "reason": "checked",
         "confirm": "on",
     }
+    # What the confirmation showed: the earlier owners that may be in flight as of now (a
+    # test that submits another set says so).
+    owners = driver().in_flight_owners(job.pk)
+    data["seen_owners"] = ",".join(str(o.fence) for o in owners)
     data.update(extra)
     return client.post(action_url(job, key), data)
 
@@ -108,8 +112,17 @@ def test_viewer_gets_403_on_every_action_and_nothing_changes(view_client: Client
 def test_operator_sees_the_actions_the_state_and_mode_allow(op_client: Client) -> None:
     idem = op_client.get(detail_url(f.indeterminate("ui.charge"))).content.decode()
     amo = op_client.get(detail_url(f.indeterminate("ui.notify"))).content.decode()
-    for key in ("retry-not-applied", "retry-same-key", "resolve-applied", "give-up", "cancel"):
+    for key in (
+        "retry-not-applied",
+        "retry-same-key",
+        "resolve-applied",
+        "give-up-not-applied",
+        "cancel-not-applied",
+        "cancel-applied",
+    ):
         assert f'data-action="{key}"' in idem
+    # An effect of unknown outcome never hides behind failed or cancelled without a fact.
+    assert 'data-action="give-up"' not in idem and 'data-action="cancel"' not in idem
     # Same key is safe only where the destination deduplicates.
     assert 'data-action="retry-same-key"' not in amo
     leased, _ = f.running()
@@ -295,16 +308,31 @@ def test_same_key_retry_is_refused_for_a_mode_without_deduplication(op_client: C
     assert Effect.objects.get(job=idem).state == "unknown"  # nothing was verified
 
 
-def test_give_up_marks_an_indeterminate_job_failed(op_client: Client) -> None:
+def test_give_up_marks_an_indeterminate_job_failed_once_its_effect_is_verified(
+    op_client: Client,
+) -> None:
+    """Fails on the code before: "give up" ended the job failed with its effect unknown."""
     job = f.indeterminate()
-    assert act(op_client, job, "give-up").status_code == 303
+    before = snapshot()
+    r = act(op_client, job, "give-up")
+    assert r.status_code == 400 and "holds an effect of unknown outcome" in r.content.decode()
+    assert snapshot() == before
+    r = act(op_client, job, "give-up-not-applied")
+    assert r.status_code == 400 and "Tick each effect you verified" in r.content.decode()
+    assert act(op_client, job, "give-up-not-applied", effects=["charge"]).status_code == 303
     assert f.state_of(job)[0] == "failed"
+    assert Effect.objects.get(job=job).state == "not_applied"
 
 
 def test_cancel_applies_to_waiting_failed_and_indeterminate_only(op_client: Client) -> None:
-    for job in (f.enqueue(), f.failed(), f.indeterminate()):
+    for job in (f.enqueue(), f.failed()):
         assert act(op_client, job, "cancel").status_code == 303
         assert f.state_of(job)[0] == "cancelled"
+    unknown = f.indeterminate()
+    assert act(op_client, unknown, "cancel").status_code == 400  # it would hide the effect
+    assert act(op_client, unknown, "cancel-applied", effects=["charge"]).status_code == 303
+    assert f.state_of(unknown)[0] == "cancelled"
+    assert Effect.objects.get(job=unknown).state == "applied"
     done = f.succeeded()
     before = snapshot()
     assert act(op_client, done, "cancel").status_code == 400
@@ -353,8 +381,11 @@ def test_every_action_takes_its_lifecycle_transition_and_is_offered_for_its_sour
         "retry-not-applied": lambda: f.with_unknown_effect(states.FAIL),
         "retry-same-key": lambda: f.indeterminate("ui.charge"),
         "resolve-applied": lambda: f.with_unknown_effect(states.FAIL),
-        "give-up": lambda: f.indeterminate("ui.charge"),
+        "give-up": lambda: f.indeterminate("ui.charge", effects=()),
+        "give-up-not-applied": lambda: f.indeterminate("ui.charge"),
         "cancel": lambda: f.enqueue("ui.charge"),
+        "cancel-not-applied": lambda: f.indeterminate("ui.charge"),
+        "cancel-applied": lambda: f.with_unknown_effect(states.FAIL),
         "cancel-running": lambda: f.running("ui.charge")[0],
     }
     assert set(makers) == set(actions.BY_KEY)
@@ -373,22 +404,36 @@ def test_offered_actions_follow_the_lifecycle_the_need_of_a_fact_and_the_mode(
     """Plain retry only when no fact is needed; the verified variants only when one is;
     same key only for idempotent jobs; nothing for a state no operator transition leaves."""
     fact = {"retry-not-applied", "retry-same-key", "resolve-applied"}
+    end = {"cancel-not-applied", "cancel-applied"}
     table = {
         "waiting": (f.enqueue("ui.charge"), {"cancel"}),
-        "waiting, effect unknown": (f.with_unknown_effect(states.RETRY), {"cancel"}),
+        # Its cancel holds it indeterminate, or states the fact.
+        "waiting, effect unknown": (f.with_unknown_effect(states.RETRY), {"cancel"} | end),
         "leased": (f.running("ui.charge")[0], {"cancel-running"}),
         "succeeded": (f.succeeded("ui.charge"), set()),
         "failed": (f.failed("ui.charge"), {"retry", "cancel"}),
-        "failed, effect unknown": (f.with_unknown_effect(states.FAIL), fact | {"cancel"}),
-        "indeterminate, idempotent": (f.indeterminate("ui.charge"), fact | {"give-up", "cancel"}),
+        "failed, effect unknown": (f.with_unknown_effect(states.FAIL), fact | end),
+        "indeterminate, no effect": (
+            f.indeterminate("ui.charge", effects=()),
+            fact | {"give-up", "cancel"},
+        ),
+        "indeterminate, idempotent": (
+            f.indeterminate("ui.charge"),
+            fact | end | {"give-up-not-applied"},
+        ),
         "indeterminate, at most once": (
             f.indeterminate("ui.notify"),
-            fact - {"retry-same-key"} | {"give-up", "cancel"},
+            fact - {"retry-same-key"} | end | {"give-up-not-applied"},
         ),
     }
     cancelled = f.indeterminate("ui.charge")
     operator.operator_action(
-        cancelled.pk, action="cancel", expected_version=cancelled.version, actor="a", reason="r"
+        cancelled.pk,
+        action="cancel",
+        expected_version=cancelled.version,
+        actor="a",
+        reason="r",
+        verified="applied",
     )
     table["cancelled, effect unknown"] = (cancelled, set())
     for what, (job, expected) in table.items():
@@ -430,10 +475,12 @@ def test_the_dialog_lists_each_unsettled_effect_with_its_own_box(op_client: Clie
     assert " checked" not in page.split('id="effects"')[1].split("</fieldset>")[0]
     page = op_client.get(confirm_url(two, "resolve-applied")).content.decode()
     assert "I verified this effect happened" in page and "(every one must be)" in page
-    # With one effect in question its box is ticked already; same key states no fact.
+    # With one effect in question its box is still the operator's to tick: the verified fact
+    # is theirs to assert (fails on the code before, which ticked it). Same key states none.
     one = f.indeterminate("ui.charge")
     page = op_client.get(confirm_url(one, "retry-not-applied")).content.decode()
-    assert 'name="effects" value="charge" id="id_effect_1" checked' in page
+    assert 'name="effects" value="charge" id="id_effect_1">' in page
+    assert " checked" not in page.split('id="effects"')[1].split("</fieldset>")[0]
     page = op_client.get(confirm_url(one, "retry-same-key")).content.decode()
     assert 'name="effects"' not in page and Effect.objects.get(job=one).key in page
 
@@ -499,6 +546,21 @@ def test_not_applied_retry_with_an_owner_in_flight_needs_the_acknowledgment(
     text = r.content.decode()
     assert r.status_code == 400 and "may still be in flight" in text and f.OWNER in text
     assert snapshot() == before
+    # Accepted against other owners than the confirmation showed: a conflict, nothing changes
+    # (fails on the code before, which judged the acceptance against the owners at submit).
+    r = act(
+        op_client,
+        job,
+        "retry-not-applied",
+        effects=["charge"],
+        accept_in_flight="on",
+        seen_owners="",
+    )
+    assert r.status_code == 409 and "changed since the confirmation" in r.content.decode()
+    assert snapshot() == before
+    page = op_client.get(confirm_url(job, "retry-not-applied")).content.decode()
+    fence = Job.objects.get(pk=job.pk).fence
+    assert f'name="seen_owners" value="{fence}"' in page
     r = act(op_client, job, "retry-not-applied", effects=["charge"], accept_in_flight="on")
     assert r.status_code == 303
     assert f.state_of(job)[0] == "waiting"
@@ -512,7 +574,7 @@ def test_same_key_retry_and_resolve_warn_of_an_owner_in_flight_without_a_second_
     op_client: Client,
 ) -> None:
     job = f.reaped("ui.short_charge")
-    for key in ("retry-same-key", "resolve-applied", "give-up", "cancel"):
+    for key in ("retry-same-key", "resolve-applied", "cancel-applied"):
         page = op_client.get(confirm_url(job, key)).content.decode()
         assert f'data-owner="{f.OWNER}"' in page, key
         assert "it will send when it resumes" in page, key
@@ -597,7 +659,8 @@ def test_audit_rows_equal_state_changes(op_client: Client) -> None:
         (jobs[1], "retry-same-key", None),
         (jobs[2], "retry-same-key", None),  # refused for this mode
         (jobs[2], "resolve-applied", 0),  # wrong version: refused
-        (jobs[2], "give-up", None),
+        (jobs[2], "give-up", None),  # its effect is unknown: refused
+        (jobs[2], "resolve-applied", None),  # nothing ticked: refused
         (jobs[3], "cancel", None),
         (jobs[3], "cancel", None),  # stale
     ]
@@ -607,7 +670,7 @@ def test_audit_rows_equal_state_changes(op_client: Client) -> None:
         act(op_client, job, key, version=version)
         if f.state_of(job) != before:
             changes += 1
-    assert changes == 4
+    assert changes == 3
     assert AuditEntry.objects.count() == changes
     for row in AuditEntry.objects.all():
         assert row.state_before != row.state_after
@@ -875,7 +938,11 @@ def test_bulk_retry_needs_the_matched_count_confirmed(op_client: Client) -> None
 
 
 def test_bulk_cancel_over_a_filter_audits_each_job(op_client: Client) -> None:
-    jobs = [f.enqueue("ui.notify"), f.failed("ui.notify"), f.indeterminate("ui.notify")]
+    jobs = [
+        f.enqueue("ui.notify"),
+        f.failed("ui.notify"),
+        f.indeterminate("ui.notify", effects=()),
+    ]
     done = f.succeeded("ui.notify")
     assert bulk(op_client, "cancel", 3, name="ui.notify").status_code == 303
     assert {f.state_of(j)[0] for j in jobs} == {"cancelled"}

@@ -30,6 +30,8 @@ EXPECTED_EDGES = {
     # A running job's cancel: the operator's request keeps it leased, the attempt ends it.
     (State.LEASED, State.LEASED),
     (State.LEASED, State.CANCELLED),
+    # An operator's cancel of a waiting job with an effect in question and no fact: held.
+    (State.WAITING, State.INDETERMINATE),
 }
 
 

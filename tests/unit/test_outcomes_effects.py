@@ -16,7 +16,6 @@ from scheduler_core.domain.outcomes import (
     after_abandon,
     after_failure,
     after_reconcile,
-    after_reconcile_error,
 )
 from scheduler_core.domain.retry import RetryPolicy
 from scheduler_core.exceptions import Indeterminate, Transient
@@ -140,44 +139,60 @@ def test_abandoned_at_most_once_attempt_with_unsettled_effect_is_parked() -> Non
     assert d.transition == states.REAP_PARK
 
 
+def _reconciled(s: Situation, still: tuple[str, ...] = (), **kw: object) -> object:
+    return after_reconcile(s, still_unknown=still, policy=POLICY, rng=random.Random(1), **kw)  # type: ignore[arg-type]
+
+
+def test_every_effect_settled_resumes_the_job_with_a_run_attempt_not_a_completion() -> None:
+    """Fails on the code before per-effect reconcile: an "applied" answer completed the job
+    though an effect it never reached (the receipt) had yet to be performed."""
+    d = _reconciled(_s(EffectMode.RECONCILABLE))
+    assert d.transition == states.RETRY  # type: ignore[attr-defined]
+    assert d.next_kind == Kind.RUN  # type: ignore[attr-defined]
+    assert d.spend_attempt is False  # type: ignore[attr-defined]
+
+
 @pytest.mark.parametrize(
-    ("answer", "transition", "spend"),
+    ("answer", "transition", "kind"),
     [
-        (Reconciliation.APPLIED, states.COMPLETE, True),
-        (Reconciliation.NOT_APPLIED, states.RETRY, False),
-        (Reconciliation.UNKNOWN, states.PARK, True),
+        (Reconciliation.APPLIED, states.COMPLETE, Kind.RUN),
+        (Reconciliation.NOT_APPLIED, states.RETRY, Kind.RUN),
     ],
 )
-def test_reconcile_answer_decides_the_job(
-    answer: Reconciliation, transition: states.Transition, spend: bool
+def test_the_job_as_a_whole_answers_when_its_ledger_holds_no_effect(
+    answer: Reconciliation, transition: states.Transition, kind: Kind
 ) -> None:
-    d = after_reconcile(answer)
-    assert d.transition == transition
-    assert d.spend_attempt is spend
-    assert d.next_kind == Kind.RUN
+    d = _reconciled(_s(EffectMode.RECONCILABLE), whole_job=answer)
+    assert d.transition == transition  # type: ignore[attr-defined]
+    assert d.next_kind == kind  # type: ignore[attr-defined]
 
 
-def test_transient_reconcile_error_asks_again_never_reruns_blindly() -> None:
-    d = after_reconcile_error(
-        _s(EffectMode.RECONCILABLE), FailureClass.TRANSIENT, policy=POLICY, rng=random.Random(1)
-    )
-    assert d.transition == states.RETRY
-    assert d.next_kind == Kind.RECONCILE
+@pytest.mark.parametrize("failure", [None, FailureClass.TRANSIENT, FailureClass.INDETERMINATE])
+def test_an_effect_still_unknown_is_asked_again_later_never_rerun_blindly(
+    failure: FailureClass | None,
+) -> None:
+    """An "unknown" answer or a lookup that raised keeps the effect unknown and follows the
+    job's retry policy (fails on the code before: an unknown answer parked at once)."""
+    d = _reconciled(_s(EffectMode.RECONCILABLE), ("receipt",), failure=failure)
+    assert d.transition == states.RETRY  # type: ignore[attr-defined]
+    assert d.next_kind == Kind.RECONCILE  # type: ignore[attr-defined]
+    assert d.spend_attempt is True  # type: ignore[attr-defined]
+    assert "receipt" in d.reason  # type: ignore[attr-defined]
 
 
-@pytest.mark.parametrize("failure", [FailureClass.PERMANENT, FailureClass.INDETERMINATE])
-def test_reconcile_that_cannot_answer_parks(failure: FailureClass) -> None:
-    d = after_reconcile_error(
-        _s(EffectMode.RECONCILABLE), failure, policy=POLICY, rng=random.Random(1)
-    )
-    assert d.transition == states.PARK
+def test_a_lookup_that_fails_permanently_parks() -> None:
+    d = _reconciled(_s(EffectMode.RECONCILABLE), ("charge",), failure=FailureClass.PERMANENT)
+    assert d.transition == states.PARK  # type: ignore[attr-defined]
 
 
-def test_transient_reconcile_error_with_attempts_exhausted_parks() -> None:
-    d = after_reconcile_error(
-        _s(EffectMode.RECONCILABLE, attempt=5, max_attempts=5),
-        FailureClass.TRANSIENT,
-        policy=POLICY,
+@pytest.mark.parametrize("age", [1.0, 100.0])
+def test_an_effect_still_unknown_with_attempts_or_age_spent_parks(age: float) -> None:
+    policy = RetryPolicy(base=0.1, cap=1.0, max_age=50.0)
+    attempt = 5 if age < 50 else 1
+    d = after_reconcile(
+        _s(EffectMode.RECONCILABLE, attempt=attempt, max_attempts=5, age=age),
+        still_unknown=("charge",),
+        policy=policy,
         rng=random.Random(1),
     )
     assert d.transition == states.PARK

@@ -1,4 +1,5 @@
-"""``manage.py jobs retry|resolve|cancel JOB_ID --reason TEXT [--verified FACT] [--version N]``:
+"""``manage.py jobs retry|resolve|cancel JOB_ID --reason TEXT [--verified FACT] [--version N]
+[--accept-in-flight FENCE ...]``:
 the operator actions on one job from the command line, through the same guarded service
 functions as the dashboard (:mod:`scheduler_core.services.operator`), audited with
 ``cli:<OS user>`` as the actor.
@@ -19,6 +20,7 @@ from scheduler_core.domain import states
 from scheduler_core.exceptions import ActionConflict, ActionRefused
 from scheduler_core.models import Job
 from scheduler_core.services import operator
+from scheduler_core.storage.drivers import driver
 
 EXIT_REFUSED = 1
 """The action does not apply (state, mode, a missing or wrong verified fact, no reason)."""
@@ -76,8 +78,14 @@ class Command(BaseCommand):
         )
         parser.add_argument(
             "--accept-in-flight",
-            action="store_true",
-            help="Retry not_applied even though an earlier owner may still be in flight.",
+            dest="accept_in_flight",
+            metavar="FENCE",
+            type=int,
+            action="append",
+            default=None,
+            help="Retry not_applied even though the earlier owner with this fence may still be "
+            "in flight (repeat for each; a refusal lists them). Refused when the owners that "
+            "may be in flight are not exactly those named.",
         )
 
     def handle(self, *args: Any, **opts: Any) -> None:
@@ -89,6 +97,7 @@ class Command(BaseCommand):
         action = opts["action"]
         if action == "cancel" and job.state == states.State.LEASED:
             action = "cancel_running"
+        accepted: list[int] | None = opts["accept_in_flight"]
         try:
             result = operator.operator_action(
                 job_id,
@@ -98,14 +107,23 @@ class Command(BaseCommand):
                 reason=opts["reason"],
                 verified=opts["verified"],
                 effects=opts["effects"],
-                accept_in_flight=opts["accept_in_flight"],
+                accept_in_flight=accepted is not None,
+                seen_owners=accepted,
             )
         except ActionConflict as e:
             raise CommandError(f"conflict: {e}", returncode=EXIT_CONFLICT) from None
         except ActionRefused as e:
             hint = ""
-            if not opts["verified"] and operator.needs_fact(job) and action != "cancel":
-                hint = " (state the fact with --verified)"
+            if not opts["verified"]:
+                if action == "cancel":
+                    if operator.ending_needs_fact(job):
+                        hint = " (state the fact with --verified applied|not_applied)"
+                elif operator.needs_fact(job):
+                    hint = " (state the fact with --verified)"
+            owners = driver().in_flight_owners(job_id)
+            if owners and "in flight" in str(e):
+                fences = " ".join(f"--accept-in-flight {o.fence}" for o in owners)
+                hint += f" (to accept them: {fences})"
             raise CommandError(f"refused: {e}{hint}", returncode=EXIT_REFUSED) from None
         audit, after = result.audit, result.job
         line = (
