@@ -2,7 +2,10 @@
 
 Ids: ``tenure.E001``..``E006`` Tenure's own settings; ``E010``..``E017`` the transports
 (:mod:`scheduler_core.transports.checks`); ``E020``..``E023`` Tenure's database and the
-connection settings its guarantees need (:mod:`scheduler_core.storage.connection_settings`); ``E030``..``E033``
+connection settings its guarantees need (:mod:`scheduler_core.storage.connection_settings`);
+``W024`` a database that is not the one its installation id was made for (a database check:
+it runs where Django lets checks query, ``migrate`` and ``check --database``, and where
+``run_executor`` and ``run_scheduler`` start); ``E030``..``E033``
 the ``django.tasks`` backend; ``E040``..``E041`` the dashboard (``admin_ui.checks``).
 docs/install.md lists them all (``E004``/``W001``, failpoints, are the verifier app's).
 """
@@ -12,14 +15,17 @@ from __future__ import annotations
 from typing import Any
 
 from django.conf import settings
-from django.core.checks import Error, register
-from django.db import connections
+from django.core.checks import Error, Tags, register
+from django.core.checks import Warning as CheckWarning
+from django.db import DatabaseError, connections
 
 from .api.registry import check_timeout
 from .conf import tenure_settings
+from .db import alias as tenure_alias
+from .domain.installation import check_installation_id
+from .services import installation
 from .storage import connection_settings
 from .storage.drivers import BY_VENDOR
-from .storage.records import check_installation_id
 from .transports import checks as _transport_checks  # noqa: F401  (registers them)
 
 
@@ -80,4 +86,29 @@ def _check_database(alias: str) -> list[Any]:
     return [
         Error(f"DATABASES[{alias!r}]: {message}", hint=hint, id=check_id)
         for check_id, message, hint in connection_settings.problems(entry)
+    ]
+
+
+@register(Tags.database)
+def check_installation_identity(
+    app_configs: Any, databases: Any = None, **kwargs: Any
+) -> list[Any]:
+    """Warn (``tenure.W024``) when Tenure's database is not the one its installation id was
+    recorded for: a restored or cloned copy that would send the original's effect keys."""
+    if not databases or tenure_alias() not in databases:
+        return []
+    if check_tenure_settings(app_configs):
+        return []  # a setting is wrong already; its error says what
+    try:
+        found = installation.status(count_effects=False)
+    except DatabaseError:
+        return []  # not migrated yet, or not reachable: nothing recorded to compare
+    if not found.warning:
+        return []
+    return [
+        CheckWarning(
+            found.warning,
+            hint='docs/operations.md, "Restoring or cloning a database"',
+            id="tenure.W024",
+        )
     ]

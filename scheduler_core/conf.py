@@ -174,11 +174,14 @@ class TenureSettings:
     BACKOFF_CAP_SECONDS: float = 3600.0
     TRACEBACK_MAX_CHARS: int = 8000
     INSTALLATION_ID: str = ""
-    """This installation's name in effect keys (``tenure-<id>-<job>-<effect>``). Empty: the
-    identity the migrations made for this database (``Installation``). Set it after restoring
-    a backup into a database whose jobs may since have made effects, or to keep a name across
-    a move; letters, digits, ``.``, ``_`` and ``-``, at most 40 characters. An effect keeps the
-    key it was first recorded with."""
+    """This installation's name in new effect keys (``tenure2:<id>:<job>:<created>:<effect>``);
+    1..40 letters, digits, ``.``, ``_`` or ``-``. Empty: the id made once for this database
+    (``Installation``), which ``manage.py installation regenerate`` replaces for a copy of the
+    database. Set, it is the operator's to keep unique: every copy of the database needs a
+    value of its own, and ``installation regenerate`` is refused. The start-up check
+    ``tenure.W024`` compares the database's identity with the one recorded either way, and with
+    the setting in force says that the value must be this copy's own. An effect keeps the key it
+    was first recorded with."""
     JOB_MODULES: tuple[str, ...] = ()
     """Extra modules defining jobs, imported at start-up besides every app's ``jobs.py``."""
 

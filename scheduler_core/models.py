@@ -475,13 +475,23 @@ class EffectEvent(models.Model):
 
 
 class Installation(models.Model):
-    """This database's identity, made once by the migrations: effect keys carry it, so a key
-    names one effect in the world even when job ids repeat (a restore, a sequence reset, two
-    deployments sharing a destination). ``TENURE_INSTALLATION_ID`` overrides it."""
+    """This installation's id, made once for the database (by the migrations, or with the first
+    effect key of a database emptied since): effect keys carry it, so two installations sending
+    effects to one destination never share a key. ``TENURE_INSTALLATION_ID`` overrides it.
+
+    ``identity`` is the identity of the database the id was made for (or adopted by: ``manage.py
+    installation adopt``): a restored or cloned database reads another, and the check
+    ``tenure.W024`` says so instead of letting the copy send the original's keys."""
 
     id = models.SmallIntegerField(primary_key=True, default=1)
     key = models.CharField(max_length=40)
     created_at = models.DateTimeField(auto_now_add=True)
+    identity = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="The database's identity when the id was made or adopted (empty: unknown).",
+    )
+    identity_at = models.DateTimeField(null=True, blank=True)
 
     objects = TenureManager()
 

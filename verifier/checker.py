@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from scheduler_core.domain.keys import is_effect_key
 from scheduler_core.services.maintenance import BACKOFF_CAP_SECONDS
 
 from .evidence import (
@@ -129,7 +130,7 @@ def jobs_section(ev: Evidence) -> tuple[dict[str, Any], dict[str, Any], dict[str
     # Effects at a destination must belong to a job whose enqueue committed: their keys are
     # those of the committed jobs' ledger rows (an enqueue rolled back leaves none).
     known_keys = {e.key for job_id in ev.jobs for e in ev.effects.get(job_id, [])}
-    foreign = sorted(k for k in ev.applied if k not in known_keys and k.startswith("tenure-"))
+    foreign = sorted(k for k in ev.applied if k not in known_keys and is_effect_key(k))
     section = {
         "enqueued": len(first),
         "acknowledged": len(acked),

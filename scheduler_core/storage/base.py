@@ -1,7 +1,8 @@
 """The storage layer's contract: :class:`Driver`, the named operations every database's driver
 implements (``storage/postgres.py``, ``storage/sqlite.py``), assembled from the parts that own
 them — the core (connections, vendor claims and completions, fenced writes:
-:mod:`.core`), the effect ledger (:mod:`.ledger`), the reaper, hints, executors and operators
+:mod:`.core`), the installation and effect keys (:mod:`.installation`), the effect ledger
+(:mod:`.ledger`), the reaper, hints, executors and operators
 (:mod:`.bookkeeping`), the console's history (:mod:`.history`) and queue pause and limits
 (:mod:`.queues`). The values a driver hands out are in :mod:`.records`.
 

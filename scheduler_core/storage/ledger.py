@@ -1,17 +1,15 @@
-"""The effect ledger's named operations: the installation id and effect keys, the fenced
-intent and settlement of an attempt's effects, reconciliation, and the reads of what a job's
-ledger holds unsettled or applied."""
+"""The effect ledger's named operations: the fenced intent and settlement of an attempt's
+effects (under the keys :mod:`.installation` makes), reconciliation, and the reads of what a
+job's ledger holds unsettled or applied."""
 
 from __future__ import annotations
 
 import logging
-import secrets
 from typing import Any
 
-from django.db import IntegrityError, connections, transaction
+from django.db import connections, transaction
 from django.db.models import F
 
-from ..conf import tenure_settings
 from ..domain import outcomes
 from ..domain.modes import EffectMode
 from ..exceptions import (
@@ -21,24 +19,18 @@ from ..exceptions import (
 from ..models import (
     Effect,
     EffectEvent,
-    Installation,
 )
 from .clock import DbNow
-from .core import DriverCore
+from .installation import InstallationOps
 from .records import (
     Lease,
-    check_installation_id,
     with_note,
 )
 
 log = logging.getLogger("tenure.storage")
 
 
-_installation: dict[str, str] = {}
-"""The installation id per alias, read once per process."""
-
-
-class LedgerOps(DriverCore):
+class LedgerOps(InstallationOps):
     """The effect ledger, for :class:`~scheduler_core.storage.base.Driver`."""
 
     def has_unsettled_effect(self, job_id: int) -> bool:
@@ -67,48 +59,6 @@ class LedgerOps(DriverCore):
     def unsettled_effects(self, job_id: int) -> list[Effect]:
         """The job's ledger rows that may or may not have happened, by name."""
         return list(self.unsettled_of_job(job_id).order_by("name"))
-
-    def installation_id(self) -> str:
-        """This installation's name in effect keys: ``TENURE_INSTALLATION_ID`` if set, else the
-        identity made once for this database (:class:`~scheduler_core.models.Installation`)."""
-        configured = tenure_settings().INSTALLATION_ID
-        if configured:
-            return check_installation_id(configured)
-        cached = _installation.get(self.alias)
-        if cached is None:
-            row = (
-                Installation.objects.using(self.alias)
-                .filter(pk=1)
-                .values_list("key", flat=True)
-                .first()
-            )
-            if row is None:
-                # The migrations make it; a database emptied since (a test flush) gets a new one.
-                try:
-                    with transaction.atomic(using=self.alias):
-                        Installation.objects.using(self.alias).create(
-                            id=1, key=secrets.token_hex(6)
-                        )
-                except IntegrityError:
-                    pass  # another process made it first
-                row = Installation.objects.using(self.alias).values_list("key", flat=True).get(pk=1)
-            cached = _installation[self.alias] = str(row)
-        return cached
-
-    def _new_key(self, job_id: int, name: str) -> str:
-        return f"tenure-{self.installation_id()}-{job_id}-{name}"
-
-    def effect_key(self, job_id: int, name: str) -> str:
-        """The effect's key: the installation, the work identity and the effect's name, never the
-        attempt (``tenure-<installation>-<job id>-<name>``). An effect keeps the key it was first
-        recorded with, whatever the installation's name became since."""
-        recorded = (
-            Effect.objects.using(self.alias)
-            .filter(job_id=job_id, name=name)
-            .values_list("key", flat=True)
-            .first()
-        )
-        return str(recorded) if recorded is not None else self._new_key(job_id, name)
 
     def _in_job_transaction(self, lease: Lease) -> bool:
         """Whether this is a transactional job's attempt, running inside its own transaction."""

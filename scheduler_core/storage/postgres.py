@@ -22,7 +22,7 @@ from datetime import datetime
 from typing import Any
 
 import psycopg
-from django.db import DatabaseError
+from django.db import DatabaseError, transaction
 from django.db.models import Q
 from psycopg.rows import dict_row
 
@@ -392,6 +392,36 @@ class PostgresDriver(PgTableUpkeep, PgIndexUpkeep, Driver):
         self._complete_ctes = complete_ctes(self.fence_match)
 
     # -- connections and transactions ----------------------------------------------------
+
+    @classmethod
+    def read_identity(cls, connection: Any) -> dict[str, str]:
+        """The cluster's ``system_identifier`` (made by ``initdb``: another cluster, such as
+        one a dump was restored into, has another; a streaming standby shares it, so a
+        failover keeps it), the database's oid (another database of the cluster, such as a
+        restored or templated copy, has another) and its name. A server that refuses
+        ``pg_control_system()`` gives the oid and the name only."""
+        cluster: dict[str, str] = {}
+        with connection.cursor() as cur:
+            cur.execute(
+                "SELECT oid::text AS oid, datname FROM pg_database "
+                "WHERE datname = current_database()"
+            )
+            [db] = named_rows(cur)
+            try:
+                with transaction.atomic(using=connection.alias):
+                    cur.execute(
+                        "SELECT system_identifier::text AS system_identifier "
+                        "FROM pg_control_system()"
+                    )
+                    cluster["system_identifier"] = str(named_rows(cur)[0]["system_identifier"])
+            except DatabaseError as e:
+                log.info("pg_control_system() unreadable (%s): the cluster is not compared", e)
+        return {
+            "vendor": "postgresql",
+            **cluster,
+            "database_oid": str(db["oid"]),
+            "database": str(db["datname"]),
+        }
 
     def transaction_id(self) -> int | None:
         with self.connection.cursor() as cur:

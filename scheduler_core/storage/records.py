@@ -1,8 +1,8 @@
 """The values the storage layer hands out and the SQL every driver shares: :class:`Lease`,
-:class:`Failure`, :class:`InFlightOwner`, :class:`IndexSize`, executor and installation ids,
-the claim's and the lease renewal's statements with their columns, the guard "this attempt is
-still open" of the writes that name an attempt by key, the reading of claimed rows, and an
-error's SQLSTATE."""
+:class:`Failure`, :class:`InFlightOwner`, :class:`IndexSize`, :class:`InstallationRecord`,
+executor ids, the claim's and the lease renewal's statements with their columns, the guard
+"this attempt is still open" of the writes that name an attempt by key, the reading of claimed
+rows, and an error's SQLSTATE."""
 
 from __future__ import annotations
 
@@ -19,6 +19,8 @@ from typing import Any
 from django.db.models import BooleanField, Func, Q
 
 from ..domain import states
+from ..domain.installation import INSTALLATION_ID_CHARS as INSTALLATION_ID_CHARS  # their old home
+from ..domain.installation import check_installation_id as check_installation_id
 from .clock import to_datetime
 
 log = logging.getLogger("tenure.storage")
@@ -96,18 +98,16 @@ def new_executor_id(kind: str = "exec") -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{kind}-{uuid.uuid4().hex[:10]}"
 
 
-INSTALLATION_ID_CHARS = frozenset(
-    "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-"
-)
+@dataclass(frozen=True, kw_only=True)
+class InstallationRecord:
+    """The database's own installation id and the identity of the database it was recorded
+    for (:class:`~scheduler_core.models.Installation`)."""
 
-
-def check_installation_id(value: str) -> str:
-    """``value`` if it can name an installation in effect keys; else ``ValueError``."""
-    if not 1 <= len(value) <= 40 or not set(value) <= INSTALLATION_ID_CHARS:
-        raise ValueError(
-            f"installation id {value!r} must be 1..40 letters, digits, '.', '_' or '-'"
-        )
-    return value
+    key: str
+    identity: dict[str, str]
+    """Empty: none recorded (or the database could not say)."""
+    identity_at: datetime | None
+    created_at: datetime | None
 
 
 def with_note(old: str, new: str) -> str:

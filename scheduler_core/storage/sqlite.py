@@ -11,6 +11,7 @@ updates in place), so there are no claim floors to seek from.
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Sequence
 from datetime import datetime
@@ -108,6 +109,25 @@ class SqliteDriver(Driver):
     vendor = "sqlite"
     one_writer = True
     now_sql = SQLITE_NOW
+
+    @classmethod
+    def read_identity(cls, connection: Any) -> dict[str, str]:
+        """The database file's real path and inode: a copy elsewhere has another path, and a
+        copy or backup put in the file's place another inode. One written into the same file (as
+        ``cp`` onto it or ``.restore`` does) keeps both and is not told apart. An in-memory
+        database has neither."""
+        with connection.cursor() as cur:
+            cur.execute("PRAGMA database_list")
+            files = {str(r["name"]): str(r["file"] or "") for r in named_rows(cur)}
+        path = files.get("main", "")
+        if not path:
+            return {"vendor": "sqlite"}
+        real = os.path.realpath(path)
+        try:
+            inode = str(os.stat(real).st_ino)
+        except OSError:
+            return {"vendor": "sqlite", "file": real}
+        return {"vendor": "sqlite", "file": real, "inode": inode}
 
     def payload_contains(self, query: PayloadQuery) -> Q:
         """Each leaf read with ``json_extract``: no index, the payloads are read (the embedded

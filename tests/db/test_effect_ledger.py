@@ -10,6 +10,7 @@ import pytest
 from django.db import transaction
 
 from scheduler_core import Indeterminate, job
+from scheduler_core.domain import keys
 from scheduler_core.domain.outcomes import Reconciliation
 from scheduler_core.exceptions import StaleAttempt
 from scheduler_core.models import Effect, Job
@@ -94,7 +95,8 @@ def test_effect_key_is_work_identity_and_effect_name_never_the_attempt() -> None
     j = idem.enqueue()
     lease1 = _claim_one(j.pk)
     row1 = driver().effect_intend(lease1, "send")
-    assert row1.key == f"tenure-{driver().installation_id()}-{j.pk}-send"
+    created = Job.objects.get(pk=j.pk).created_at
+    assert row1.key == keys.effect_key(driver().installation_id(), j.pk, created, "send")
     assert row1.key == JobContext(lease1).effect_key("send")
     _expire_and_reap(j.pk)
     _due_now(j.pk)

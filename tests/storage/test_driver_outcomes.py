@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from scheduler_core.domain import states
+from scheduler_core.domain import keys, states
 from scheduler_core.domain.outcomes import Decision, Kind, Reconciliation
 from scheduler_core.exceptions import (
     AttemptOverrun,
@@ -306,7 +306,8 @@ def test_effect_key_names_the_installation_the_job_and_the_effect_never_the_atte
     d = driver()
     lease = claim_one()
     key = d.effect_key(lease.job_id, "send")
-    assert key == f"tenure-{d.installation_id()}-{lease.job_id}-send"
+    created = Job.objects.get(pk=lease.job_id).created_at
+    assert key == keys.effect_key(d.installation_id(), lease.job_id, created, "send")
     retry_now(lease)
     claim()
     assert d.effect_key(lease.job_id, "send") == key
@@ -320,7 +321,10 @@ def test_effect_key_keeps_the_key_first_recorded_after_the_installation_is_renam
     recorded = d.effect_intend(lease, "send").key
     settings.TENURE_INSTALLATION_ID = "renamed"
     assert d.effect_key(lease.job_id, "send") == recorded
-    assert d.effect_key(lease.job_id, "other") == f"tenure-renamed-{lease.job_id}-other"
+    created = Job.objects.get(pk=lease.job_id).created_at
+    assert d.effect_key(lease.job_id, "other") == keys.effect_key(
+        "renamed", lease.job_id, created, "other"
+    )
 
 
 # -- effect_intend ------------------------------------------------------------------------------

@@ -6,11 +6,19 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
+from scheduler_core.db import alias
 from scheduler_core.runtime.worker import Worker
 
 
 class Command(BaseCommand):
     help = "Claim and run due jobs from the database (no broker needed)."
+
+    def check(self, *args: Any, **kwargs: Any) -> None:
+        """Django's checks, with the database checks of Tenure's database among them: one of
+        them (``tenure.W024``) warns when this database is not the one its installation id was
+        made for."""
+        kwargs.setdefault("databases", [alias()])
+        super().check(*args, **kwargs)
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--queues", default="default", help="Comma-separated queue names.")

@@ -8,6 +8,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
+from scheduler_core.db import alias
 from scheduler_core.services.maintenance import Maintenance
 
 log = logging.getLogger("tenure.maintenance")
@@ -15,6 +16,13 @@ log = logging.getLogger("tenure.maintenance")
 
 class Command(BaseCommand):
     help = "Run maintenance: reap expired leases, re-send lost hints, fire schedules."
+
+    def check(self, *args: Any, **kwargs: Any) -> None:
+        """Django's checks, with the database checks of Tenure's database among them: one of
+        them (``tenure.W024``) warns when this database is not the one its installation id was
+        made for."""
+        kwargs.setdefault("databases", [alias()])
+        super().check(*args, **kwargs)
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--interval", type=float, default=None)
