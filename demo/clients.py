@@ -181,7 +181,8 @@ def send_mail(
 ) -> str:
     """Send one message whose ``Message-ID`` is derived from the effect key; returns it."""
     msg = EmailMessage()
-    message_id = f"<{key}@tenure.demo>"
+    # A Message-ID's left part may not hold ':', and '=' is in no key of the tenure2 format.
+    message_id = f"<{key.replace(':', '=')}@tenure.demo>"
     msg["Message-ID"] = message_id
     msg["X-Effect-Key"] = key
     msg["From"] = "tenure@localhost"
