@@ -1,8 +1,9 @@
 """System checks of the operator dashboard: the apps and middleware ``/ops/`` relies on.
 
 * ``tenure.E040`` — an app the dashboard needs is not in ``INSTALLED_APPS``: Django's auth,
-  contenttypes, sessions and messages, ``django_htmx`` (it serves htmx as a static file) and
-  ``template_partials`` (an htmx request renders a named partial of a page's template).
+  contenttypes, sessions and messages, ``django_htmx`` (it serves htmx as a static file) and,
+  on Django 5.2 only, ``template_partials`` (an htmx request renders a named partial of a
+  page's template; Django 6 has partials itself).
 * ``tenure.E041`` — a middleware the dashboard needs is not in ``MIDDLEWARE``: sessions and
   authentication (operators log in), messages (an action says what it did), CSRF (every
   action is a POST).
@@ -10,8 +11,10 @@
 
 from __future__ import annotations
 
+from importlib.util import find_spec
 from typing import Any
 
+import django
 from django.apps import apps
 from django.conf import settings
 from django.core.checks import Error, register
@@ -23,7 +26,7 @@ REQUIRED_APPS = (
     "django.contrib.sessions",
     "django.contrib.messages",
     "django_htmx",
-    "template_partials",
+    *(("template_partials",) if django.VERSION < (6, 0) else ()),
 )
 REQUIRED_MIDDLEWARE = (
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -43,7 +46,7 @@ def check_dashboard_dependencies(app_configs: Any, **kwargs: Any) -> list[Error]
             Error(
                 f"the Tenure dashboard (admin_ui) needs {', '.join(repr(m) for m in missing)} "
                 "in INSTALLED_APPS",
-                hint=f"Add INSTALLED_APPS += {missing!r} (see docs/install.md).",
+                hint=f"Add INSTALLED_APPS += {missing!r} (see docs/install.md).{_install_hint()}",
                 id="tenure.E040",
             )
         )
@@ -58,6 +61,16 @@ def check_dashboard_dependencies(app_configs: Any, **kwargs: Any) -> list[Error]
             )
         )
     return errors
+
+
+def _install_hint() -> str:
+    # Python 3.11 brings the package with Tenure; Django 5.2 on a later Python needs an extra.
+    if "template_partials" in REQUIRED_APPS and find_spec("template_partials") is None:
+        return (
+            " django-template-partials is not installed: on Django 5.2 with Python 3.12 or "
+            "later, pip install 'tenure[django52]'."
+        )
+    return ""
 
 
 def _has(middleware: list[str], required: str) -> bool:

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from functools import wraps
-from typing import Any
+from typing import Any, TypeVar
 
 from django.conf import settings
 from django.contrib.auth.views import redirect_to_login
 from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed
-from django.shortcuts import render
+from django.http.response import HttpResponseBase
+from django.shortcuts import render, resolve_url
 from django.utils.cache import patch_vary_headers
 from django_htmx.http import HttpResponseClientRedirect
 
@@ -31,9 +32,10 @@ CONTENT_SECURITY_POLICY = "; ".join(
 """Only the project's own files run or style a page: no inline script, no outside source."""
 
 View = Callable[..., HttpResponse]
+Response = TypeVar("Response", bound=HttpResponseBase)
 
 
-def secure_headers(response: HttpResponse) -> HttpResponse:
+def secure_headers(response: Response) -> Response:
     """Add the dashboard's policy and say the body depends on ``HX-Request``."""
     response["Content-Security-Policy"] = CONTENT_SECURITY_POLICY
     response.setdefault("Referrer-Policy", "same-origin")
@@ -65,7 +67,7 @@ def dashboard_view(
             response: HttpResponse
             if not request.user.is_authenticated:
                 if is_htmx(request):
-                    response = HttpResponseClientRedirect(settings.LOGIN_URL)
+                    response = HttpResponseClientRedirect(resolve_url(settings.LOGIN_URL))
                 else:
                     response = redirect_to_login(request.get_full_path())
             elif request.method not in allowed:

@@ -1,16 +1,19 @@
 """Dashboard routes. Action URLs accept POST only; their confirmation steps are GETs that
 never write. ``metrics`` is the Prometheus exposition, behind its own guard (a bearer token
-or the view permission; :mod:`scheduler_core.views`)."""
+or the view permission; :mod:`scheduler_core.views`). ``login`` and ``logout`` are the
+dashboard's own (:mod:`admin_ui.accounts`), for a project without a login of its own."""
 
 from django.urls import path
 
 import scheduler_core.views
 
-from . import history, queue_views, schedule_views, views
+from . import accounts, history, queue_views, schedule_views, views
 
 app_name = "admin_ui"
 urlpatterns = [
     path("", views.overview, name="overview"),
+    path("login/", accounts.login, name="login"),
+    path("logout/", accounts.logout, name="logout"),
     path("history/", history.history_view, name="history"),
     path("jobs/", views.job_list, name="job_list"),
     path("jobs/<int:job_id>/", views.job_detail, name="job_detail"),

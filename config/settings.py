@@ -3,7 +3,8 @@
 Two environment variables choose the deployment; everything else has a default:
 
 * ``DATABASE_URL`` — ``sqlite:///path`` (the embedded default, a file under ``var/``) or
-  ``postgres://user@host:port/name`` (the shared store for executors on many hosts).
+  ``postgres://user@host:port/name`` (the shared store for executors on many hosts), read
+  with dj-database-url.
 * ``CELERY_BROKER_URL`` — ``filesystem://`` (the embedded default, folders under ``var/``),
   ``redis://…`` or ``amqp://…``.
 
@@ -17,7 +18,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote, urlparse
+
+import dj_database_url
+import django
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("TENURE_VAR_DIR", BASE_DIR / "var"))
@@ -29,50 +32,45 @@ ALLOWED_HOSTS = os.environ.get("DJANGO_ALLOWED_HOSTS", "127.0.0.1,localhost,test
 
 
 def database_from_url(url: str) -> dict[str, Any]:
-    """Translate ``DATABASE_URL`` into a Django ``DATABASES`` entry."""
-    parsed = urlparse(url)
-    if parsed.scheme == "sqlite":
-        # sqlite:///relative/path or sqlite:////absolute/path
-        name = unquote(parsed.path[1:] if parsed.path.startswith("/") else parsed.path)
-        path = Path(name) if Path(name).is_absolute() else BASE_DIR / name
-        return {
-            "ENGINE": "django.db.backends.sqlite3",
-            "NAME": str(path),
-            "OPTIONS": {
-                # Required by Tenure (check tenure.E021): every write transaction takes the
-                # write lock at BEGIN, so a claim is never a read overtaken before its write.
-                # Tenure itself sets the write-ahead log and the busy timeout on connect.
-                "transaction_mode": "IMMEDIATE",
-                # This project's own choice for speed: with the write-ahead log, a commit is
-                # durable at the next checkpoint, not at once (a power cut may lose the last).
-                "init_command": "PRAGMA synchronous=NORMAL;",
-            },
-            "TEST": {"NAME": str(VAR_DIR / f"test-{path.stem}.sqlite3")},
+    """``DATABASE_URL`` as a Django ``DATABASES`` entry: parsed by dj-database-url (a query
+    string's parameters become ``OPTIONS``), with the options Tenure's checks require."""
+    entry: dict[str, Any] = dict(dj_database_url.parse(url))
+    options: dict[str, Any] = entry.setdefault("OPTIONS", {})
+    if entry["ENGINE"] == "django.db.backends.sqlite3":
+        # sqlite:///relative/path (under this checkout) or sqlite:////absolute/path
+        path = (
+            Path(entry["NAME"]) if Path(entry["NAME"]).is_absolute() else BASE_DIR / entry["NAME"]
+        )
+        entry["NAME"] = str(path)
+        # Required by Tenure (check tenure.E021): every write transaction takes the write lock
+        # at BEGIN, so a claim is never a read overtaken before its write. Tenure itself sets
+        # the write-ahead log and the busy timeout on connect.
+        options.setdefault("transaction_mode", "IMMEDIATE")
+        # This project's own choice for speed: with the write-ahead log, a commit is durable at
+        # the next checkpoint, not at once (a power cut may lose the last).
+        options.setdefault("init_command", "PRAGMA synchronous=NORMAL;")
+        entry["TEST"] = {"NAME": str(VAR_DIR / f"test-{path.stem}.sqlite3")}
+        return entry
+    if entry["ENGINE"] == "django.db.backends.postgresql":
+        # Required by Tenure (check tenure.E022): a silent network (blackholed link) fails a
+        # call instead of hanging it, so the heartbeat thread can self-fence by its own clock.
+        # Tenure itself sets lock_timeout and idle_in_transaction_session_timeout on connect
+        # (scheduler_core/storage/connection_settings.py). The URL's own parameters win.
+        entry["OPTIONS"] = {
+            "connect_timeout": 5,
+            "keepalives": 1,
+            "keepalives_idle": 5,
+            "keepalives_interval": 2,
+            "keepalives_count": 3,
+            "tcp_user_timeout": 10000,
+            **options,
         }
-    if parsed.scheme in ("postgres", "postgresql"):
-        return {
-            "ENGINE": "django.db.backends.postgresql",
-            "NAME": unquote(parsed.path.lstrip("/")) or "tenure",
-            "USER": unquote(parsed.username or "postgres"),
-            "PASSWORD": unquote(parsed.password or ""),
-            "HOST": parsed.hostname or "127.0.0.1",
-            "PORT": str(parsed.port or 5432),
-            "CONN_MAX_AGE": 0,
-            "OPTIONS": {
-                # Required by Tenure (check tenure.E022): a silent network (blackholed link)
-                # fails a call instead of hanging it, so the heartbeat thread can self-fence by
-                # its own clock. Tenure itself sets lock_timeout and
-                # idle_in_transaction_session_timeout on connect (scheduler_core/storage/connection_settings.py).
-                "connect_timeout": 5,
-                "keepalives": 1,
-                "keepalives_idle": 5,
-                "keepalives_interval": 2,
-                "keepalives_count": 3,
-                "tcp_user_timeout": 10000,
-            },
-            "TEST": {"NAME": os.environ.get("TENURE_TEST_DB_NAME", "test_tenure")},
-        }
-    raise ValueError(f"DATABASE_URL scheme {parsed.scheme!r} is not supported (sqlite, postgres)")
+        entry["TEST"] = {"NAME": os.environ.get("TENURE_TEST_DB_NAME", "test_tenure")}
+        return entry
+    raise ValueError(
+        f"DATABASE_URL {url.partition(':')[0]!r}: Tenure runs on PostgreSQL or SQLite "
+        "(postgres://user@host:port/name or sqlite:///path)"
+    )
 
 
 DATABASE_URL = os.environ.get("DATABASE_URL", f"sqlite:///{VAR_DIR / 'tenure.sqlite3'}")
@@ -91,10 +89,10 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "django_htmx",
-    "template_partials",
+    # Django 5.2 only: template partials and django.tasks are Django's own from 6.0.
+    *(["template_partials", "django_tasks"] if django.VERSION < (6, 0) else []),
     # for `manage.py rqworker`; its dashboard is not mounted (RQ_SHOW_ADMIN_LINK)
     *([] if _TRANSPORT == "polling" else ["django_rq"]),
-    "django_tasks",  # the django.tasks backport (Django 5.2): its checks and signals
     "scheduler_core",
     "admin_ui",
     "demo",

@@ -3,11 +3,15 @@ middleware ``/ops/`` relies on is told which at start-up (``tenure.E040``, ``ten
 
 from __future__ import annotations
 
+import importlib.util
+import sys
 from typing import Any
 
+import django
 import pytest
 from django.test import Client
 
+from admin_ui.checks import REQUIRED_APPS
 from tests.conftest import manage_variant
 
 
@@ -16,7 +20,18 @@ def test_check_names_the_apps_the_dashboard_needs() -> None:
     done = manage_variant("check", TEST_WITHOUT_APPS="template_partials,django_htmx")
     assert done.returncode != 0
     assert "tenure.E040" in done.stderr, done.stderr
-    assert "'django_htmx', 'template_partials'" in done.stderr
+    if django.VERSION >= (6, 0):  # Django's own partials: the package is not asked for
+        assert "needs 'django_htmx' in INSTALLED_APPS" in done.stderr, done.stderr
+    else:
+        assert "'django_htmx', 'template_partials'" in done.stderr
+
+
+@pytest.mark.skipif(django.VERSION < (6, 0), reason="Django 5.2 takes partials from the package")
+def test_on_django_6_the_dashboard_uses_djangos_own_partials() -> None:
+    """Nothing of django-template-partials is installed, asked for or imported on Django 6."""
+    assert importlib.util.find_spec("template_partials") is None
+    assert "template_partials" not in REQUIRED_APPS
+    assert not [m for m in sys.modules if m.startswith("template_partials")]
 
 
 @pytest.mark.django_db
