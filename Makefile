@@ -7,7 +7,7 @@ PG_URL ?= postgres://postgres@127.0.0.1:5432/tenure
 SQLITE_URL ?= sqlite:///var/tenure.sqlite3
 PYTEST_ARGS ?=
 
-.PHONY: venv venv-dj6 test test-sqlite test-postgres test-dj6 lint typecheck demo clean
+.PHONY: venv venv-dj6 test test-sqlite test-postgres test-dj6 lint typecheck demo clean docs
 
 # Each install is tried up to three times, 10 s apart: pip retries a connection it could not
 # open, not a download cut off midway ("Connection broken: IncompleteRead"), which once failed
@@ -65,6 +65,11 @@ typecheck: venv
 
 demo: venv
 	$(BIN)/python -m demo.run
+
+## The docs site (mkdocs.yml) into var/site/, strict: a warning, a page, link or anchor that is
+## missing fails it. Open var/site/index.html, or `$(BIN)/mkdocs serve` while writing.
+docs: venv
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 
 clean:
 	rm -rf var/*.sqlite3* var/broker

@@ -44,8 +44,13 @@ class TenureSettings:
     """The largest return value a ``django.tasks`` task may store (as JSON); a larger one
     ends the task failed (:mod:`scheduler_core.backends`)."""
     DEFAULT_QUEUE: str = "default"
+    """The queue of a job type that names none (``@job(queue=...)``)."""
     DEFAULT_LEASE_SECONDS: int = 30
+    """The lease of a job type that declares none (``@job(lease_seconds=...)``): how long a
+    claim holds the job before it must be renewed, and so how long a dead executor's job waits
+    for the reaper."""
     DEFAULT_MAX_ATTEMPTS: int = 5
+    """The attempts of a job type that declares none (``@job(max_attempts=...)``)."""
     DEFAULT_TIMEOUT_SECONDS: float = 600.0
     """Maximum runtime of one attempt for job types that declare none (``@job(timeout=...)``).
     Past it the attempt may not renew its lease, complete or start an effect, shows as
@@ -54,10 +59,15 @@ class TenureSettings:
     MAX_TIMEOUT_SECONDS: float = 7 * 24 * 3600.0
     """The longest maximum runtime a job type may declare."""
     MAX_LEASE_SECONDS: int = 24 * 3600
+    """The longest lease a job type may declare."""
     MAX_ATTEMPTS_LIMIT: int = 1000
+    """The most attempts a job type may declare."""
     MAX_PAYLOAD_BYTES: int = 256 * 1024
+    """The largest payload an enqueue accepts, as JSON; a larger one is refused."""
     MAX_PAYLOAD_DEPTH: int = 32
+    """The deepest nesting of lists and objects a payload may have."""
     MAX_RUN_AT_DAYS: int = 3660
+    """How far ahead an enqueue's ``run_at`` may be, in days."""
     REAP_GRACE_SECONDS: float = 2.0
     """An expired lease is reaped only after this extra time, so a late heartbeat can land."""
     HEARTBEAT_FRACTION: float = 1 / 3
@@ -167,12 +177,20 @@ class TenureSettings:
     EXECUTOR_BEAT_SECONDS: float = 2.0
     """How often an executor beats its liveness row (from its heartbeat thread)."""
     STUCK_AFTER_SECONDS: float = 60.0
+    """A due job of a queue that is not paused, still waiting this long after its ``run_at``,
+    shows as stuck (``scheduler_core.read.health``)."""
     FAILING_REPEATEDLY_ATTEMPTS: int = 3
+    """An unfinished job with at least this many failed attempts shows as failing repeatedly."""
     SCHEDULE_MISFIRE_GRACE_SECONDS: float = 60.0
     """A schedule occurrence found later than this after its time is late (misfire policy)."""
     BACKOFF_BASE_SECONDS: float = 1.0
+    """The backoff's base for a job type that declares no ``backoff_base``: the wait after
+    attempt ``n`` is at most ``base * 2 ** (n - 1)``, jittered down, and at most the cap
+    (:class:`scheduler_core.domain.retry.RetryPolicy`)."""
     BACKOFF_CAP_SECONDS: float = 3600.0
+    """The longest retry delay of a job type that declares no ``backoff_cap``."""
     TRACEBACK_MAX_CHARS: int = 8000
+    """How much of a failed attempt's traceback is kept (its end)."""
     INSTALLATION_ID: str = ""
     """This installation's name in new effect keys (``tenure2:<id>:<job>:<created>:<effect>``);
     1..40 letters, digits, ``.``, ``_`` or ``-``. Empty: the id made once for this database
