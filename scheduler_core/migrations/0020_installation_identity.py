@@ -18,13 +18,14 @@ def record_identity(apps: Any, schema_editor: Any) -> None:
     import secrets
 
     from django.utils import timezone
+    from django.utils.module_loading import import_string
 
     from scheduler_core.storage.drivers import BY_VENDOR
 
     Installation = apps.get_model("scheduler_core", "Installation")
     conn = schema_editor.connection
-    cls = BY_VENDOR.get(conn.vendor)
-    identity = cls.read_identity(conn) if cls is not None else {}
+    dotted = BY_VENDOR.get(conn.vendor)
+    identity = import_string(dotted).read_identity(conn) if dotted is not None else {}
     db = conn.alias
     row = Installation.objects.using(db).filter(pk=1).first()
     if row is None:

@@ -12,11 +12,14 @@ from django.utils.module_loading import import_string
 from ..conf import tenure_settings
 from ..db import alias as tenure_alias
 from .base import Driver
-from .postgres import PostgresDriver
-from .sqlite import SqliteDriver
 
-BY_VENDOR: dict[str, type[Driver]] = {"postgresql": PostgresDriver, "sqlite": SqliteDriver}
-"""The driver of each database Tenure supports, by Django's vendor name."""
+BY_VENDOR: dict[str, str] = {
+    "postgresql": "scheduler_core.storage.postgres.PostgresDriver",
+    "sqlite": "scheduler_core.storage.sqlite.SqliteDriver",
+}
+"""The driver of each database Tenure supports, by Django's vendor name. Loaded by name when
+first needed: the PostgreSQL driver imports psycopg, which a project on SQLite need not
+install."""
 
 _drivers: dict[tuple[str, str], Driver] = {}
 _lock = threading.Lock()
@@ -46,8 +49,10 @@ def _make(alias: str, dotted: str) -> Driver:
         return cls(alias)
     vendor = connections[alias].vendor
     try:
-        return BY_VENDOR[vendor](alias)
+        dotted = BY_VENDOR[vendor]
     except KeyError:
         raise NotImplementedError(
             f"Tenure supports PostgreSQL and SQLite, not {vendor} (database {alias!r})"
         ) from None
+    cls = import_string(dotted)
+    return cls(alias)  # type: ignore[no-any-return]
