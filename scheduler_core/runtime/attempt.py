@@ -113,7 +113,7 @@ def _run(
             # a refused completion rolls all of them back. Not retried here: the handler's
             # writes would have to be made again, which is the next attempt's job.
             def commit_all() -> None:
-                driver().limit_handler_idle()
+                driver().limit_handler_idle(lease)
                 invoke(handler, ctx, **lease.payload)
                 hooks.failpoint("before_complete")
                 driver().complete(lease)

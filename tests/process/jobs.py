@@ -110,3 +110,28 @@ async def async_nap(ctx: Any, *, seconds: float = 60.0) -> None:
     finally:
         await _mark(ctx, "finally")
 
+
+@job(name="tests.proc.renewing", lease_seconds=6, max_attempts=3)
+def renewing(ctx: Any, *, seconds: float = 10.0) -> None:
+    """Run for ``seconds`` under a six-second lease kept by renewals, then record an effect."""
+    time.sleep(seconds)
+    with ctx.effect("mark"):
+        pass
+
+
+@job(
+    name="tests.proc.tx_hold",
+    effect="transactional",
+    lease_seconds=30,
+    max_attempts=2,
+    backoff_base=0.5,
+)
+def tx_hold(ctx: Any, *, seconds: float = 12.0) -> None:
+    """A transactional handler that writes, then works for ``seconds`` inside its transaction
+    (on SQLite, holding the database's one write lock)."""
+    from demo.models import LedgerEntry
+
+    LedgerEntry.objects.create(
+        account="tx", cents=1, effect_key="tx", job_id=ctx.job_id, fence=ctx.fence
+    )
+    time.sleep(seconds)
