@@ -70,6 +70,17 @@ class TenureOps(Ops):
             self.jt.enqueue(seq=seq)
 
 
+class TenureAsyncOps(TenureOps):
+    """Tenure's no-op as an ``async def`` handler (``bench.noop_async``)."""
+
+    def setup(self) -> None:
+        _django("config.settings")
+        from scheduler_core.api import registry
+
+        self.jt = registry.get("bench.noop_async")
+        assert self.jt is not None
+
+
 class CeleryOps(Ops):
     def setup(self) -> None:
         from .peers import celery_alone
@@ -175,6 +186,7 @@ OPS: dict[str, type[Ops]] = {
     "tenure": TenureOps,
     "tenure-celery": TenureOps,
     "tenure-beside-limited": TenureOps,
+    "tenure-async": TenureAsyncOps,
     "celery": CeleryOps,
     "procrastinate": ProcrastinateOps,
     "django-tasks-db": DjangoTasksOps,

@@ -178,6 +178,21 @@ def counting_env(env: dict[str, str], stmt_dir: Path) -> dict[str, str]:
     return out
 
 
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pids: Sequence[int]) -> float:
+    """CPU time (user + system) used so far by the processes ``pids`` (``/proc/<pid>/stat``);
+    a process that has gone counts nothing."""
+    total = 0
+    for pid in pids:
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14, 15)
+    return total / CLOCK_TICKS
+
+
 class Procs:
     """Child processes started for one measurement; all of them are ended by :meth:`stop`."""
 

@@ -21,6 +21,8 @@ from .common import median
 
 TENURE = "tenure"
 TENURE_CELERY = "tenure-celery"
+BEST_SHAPE, SAME_SHAPE = "best", "same"
+"""The drain's two shapes, as ``bench.systems`` names them."""
 
 
 def _f(x: float, digits: int = 0) -> str:
@@ -93,8 +95,11 @@ def write(data: dict[str, Any], out_dir: Path, stem: str) -> Path:
             "whatever `PYTHONDONTWRITEBYTECODE` says."
         )
         add("")
-    add(f"![throughput and latency]({stem}.png)")
-    add("")
+    # The plot draws the drains and the latency; a run of the async comparison alone has none.
+    plotted = bool(data.get("best_systems") or systems)
+    if plotted:
+        add(f"![throughput and latency]({stem}.png)")
+        add("")
 
     # ---- targets -------------------------------------------------------------------------
     add("## Targets")
@@ -127,6 +132,9 @@ def write(data: dict[str, Any], out_dir: Path, stem: str) -> Path:
 
     if data.get("limits_systems"):
         _limits_section(data, add)
+
+    if data.get("async_systems"):
+        _async_section(data, add)
 
     # ---- drain, same shape ---------------------------------------------------------------
     if systems and workers:
@@ -166,7 +174,8 @@ def write(data: dict[str, Any], out_dir: Path, stem: str) -> Path:
 
     md = out_dir / f"{stem}.md"
     md.write_text("\n".join(lines) + "\n")
-    _plot(data, out_dir / f"{stem}.png")
+    if plotted:
+        _plot(data, out_dir / f"{stem}.png")
     return md
 
 
@@ -361,6 +370,66 @@ def _limits_section(data: dict[str, Any], add: Callable[[str], None]) -> None:
         add(
             f"| {label} | {_f(rate)} | {_f(whole)} | {vs} | "
             f"{_f(_get(c, 'commits_per_job'), 2)} | {_f(_get(c, 'statements_per_job'), 2)} |"
+        )
+    add("")
+
+
+ASYNC_PLAIN, ASYNC = "tenure", "tenure-async"
+ASYNC_MOST_COST = 1.2
+"""The most an ``async def`` no-op may cost per job against the plain one (time per job)."""
+
+
+def _async_round(r: dict[str, Any], shape: str, key: str, field: str) -> float:
+    """The median of one round's drains of ``key`` in ``shape`` in the async comparison."""
+    return median([_get(x, field) for x in r.get("async", {}).get(shape, {}).get(key, [])])
+
+
+def _async_cost(rounds: list[dict[str, Any]], shape: str, field: str, *, rate: bool) -> float:
+    """Median over rounds of the async no-op's cost per job over the plain one's: from a
+    rate (``rate``: plain / async) or from a per-job figure (async / plain)."""
+    out = []
+    for r in rounds:
+        plain = _async_round(r, shape, ASYNC_PLAIN, field)
+        coro = _async_round(r, shape, ASYNC, field)
+        a, b = (plain, coro) if rate else (coro, plain)
+        if b and not math.isnan(a) and not math.isnan(b):
+            out.append(a / b)
+    return median(out)
+
+
+def _async_section(data: dict[str, Any], add: Callable[[str], None]) -> None:
+    """The plain no-op against the ``async def`` one on the broker-less executor."""
+    rounds = data["rounds"]
+    prof = data["profile"]
+    add("## `async def` handlers: what awaiting a coroutine costs a job")
+    add("")
+    add(
+        "Tenure's broker-less executor drains no-op jobs whose handler is a plain function "
+        "(`bench.noop`), then the same no-op written `async def` (`bench.noop_async`, a "
+        "database of its own), in turn, twice a round: at their best (2 x 8, "
+        f"{_f(prof['best_jobs'])} jobs) and one process running one job at a time "
+        f"({_f(prof['drain_jobs'])} jobs). An async handler runs on its executor thread's own "
+        "event loop, kept from one job to the next (`scheduler_core/runtime/invoke.py`). A "
+        "round's figure is the median of its two drains; the cost per job is the median of "
+        "per-round ratios: from the 10-90 % rate (plain / async), and from the worker "
+        "processes' CPU time per job over the same window (async / plain)."
+    )
+    add("")
+    add(
+        "| shape | plain jobs/s (10-90 %) | async def jobs/s (10-90 %) | cost per job, async / "
+        "plain | worker CPU ms / job, plain | async def | CPU per job, async / plain |"
+    )
+    add("|---|---|---|---|---|---|---|")
+    for shape, name in ((BEST_SHAPE, "at their best (2 x 8)"), (SAME_SHAPE, "1 process x 1")):
+        plain = median([_async_round(r, shape, ASYNC_PLAIN, "per_second") for r in rounds])
+        coro = median([_async_round(r, shape, ASYNC, "per_second") for r in rounds])
+        cpu = "worker_cpu_ms_per_job"
+        cpu_plain = median([_async_round(r, shape, ASYNC_PLAIN, cpu) for r in rounds])
+        cpu_coro = median([_async_round(r, shape, ASYNC, cpu) for r in rounds])
+        add(
+            f"| {name} | {_f(plain)} | {_f(coro)} | "
+            f"{_r(_async_cost(rounds, shape, 'per_second', rate=True))} | {_f(cpu_plain, 3)} | "
+            f"{_f(cpu_coro, 3)} | {_r(_async_cost(rounds, shape, cpu, rate=False))} |"
         )
     add("")
 
@@ -581,6 +650,14 @@ CELERY_NOTE = (
 )
 
 WHY = {
+    "an async def no-op costs": (
+        "In one process an async def handler costs an attempt about 25-35 us of CPU more than "
+        "a plain one (its thread's event loop, a task, the coroutine's supervision); at 2 x 8 "
+        "on 2 cores the executor writes its threads' completions together, and how many "
+        "each commit carries moves with the threads' timing, so the per-job cost moves by "
+        "more than that between adjacent drains. Compare the rounds of the two systems in "
+        "the JSON before reading a ratio as the handler's cost."
+    ),
     "an unlimited queue": (
         "Compare the statements per job first: equal counts mean the claim did the same work, "
         "and a rate below 0.9x on the same statements is the machine's noise between adjacent "
@@ -657,7 +734,28 @@ WHY = {
 
 
 def _targets(data: dict[str, Any]) -> list[tuple[str, str, bool]]:
-    """Each target with the measured figure and whether it was met.
+    """Each target with the measured figure and whether it was met: the drain's and the
+    workloads' (:func:`_drain_targets`) where they ran, then the async comparison's."""
+    out = _drain_targets(data) if data.get("best_systems") or data["systems"] else []
+    if data.get("async_systems"):
+        rounds = data["rounds"]
+        costs = [
+            _async_cost(rounds, shape, "per_second", rate=True)
+            for shape in (BEST_SHAPE, SAME_SHAPE)
+        ]
+        out.append(
+            (
+                f"an async def no-op costs <= {ASYNC_MOST_COST}x a plain one per job "
+                "(broker-less executor)",
+                f"at their best {_r(costs[0])}, 1 process x 1 {_r(costs[1])}",
+                all(not math.isnan(c) and c <= ASYNC_MOST_COST for c in costs),
+            )
+        )
+    return out
+
+
+def _drain_targets(data: dict[str, Any]) -> list[tuple[str, str, bool]]:
+    """Each target of the drains and workloads with the measured figure and whether it was met.
 
     Drain targets read the headline table (both at their best) when the peer is in it, else
     the same-shape table per worker count; they are judged on the 10-90 % rate and show the

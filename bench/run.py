@@ -43,6 +43,7 @@ from .systems import (
     SHAPES,
     System,
     Tenure,
+    TenureAsync,
     TenureBefore,
     TenureBesideLimited,
     all_systems,
@@ -173,6 +174,7 @@ def run(
     cluster: dict[str, Any],
     command: str,
     limits: list[System] | None = None,
+    coroutines: list[System] | None = None,
 ) -> dict[str, Any]:
     """Install every system, run ``profile.rounds`` rounds, return everything measured.
 
@@ -180,15 +182,17 @@ def run(
     best (the headline drain only); either may be empty. ``limits`` are the systems of the
     queue-limits comparison (:func:`limits_round`): Tenure at its best, before queue limits
     existed and beside a paused and a limited queue, each also in the same shape for the
-    cost per job.
+    cost per job. ``coroutines`` are those of the async comparison (:func:`async_round`):
+    the plain no-op against the ``async def`` one, in both shapes.
     """
     limits = limits or []
+    coroutines = coroutines or []
     started = time.monotonic()
     compile_bytecode()
     facts = server_facts()
     _log(f"server: {facts}")
     installed: set[tuple[str, str | None]] = set()
-    for s in [*systems, *best, *limits]:
+    for s in [*systems, *best, *limits, *coroutines]:
         # Both shapes of a system share its database unless its settings differ.
         if (s.key, s.db) in installed:
             continue
@@ -219,6 +223,8 @@ def run(
             )
         if limits:
             rec["limits"] = limits_round(profile, limits, first=r == 0, label=f"round {r + 1}")
+        if coroutines:
+            rec["async"] = async_round(profile, coroutines, label=f"round {r + 1}")
         for s in systems:
             _log(f"round {r + 1}: enqueue {s.key}")
             got = workloads.enqueue(s, profile.enqueue_single, profile.enqueue_bulk)
@@ -274,6 +280,7 @@ def run(
         "systems": {s.key: s.label for s in systems},
         "best_systems": {s.key: s.label for s in best},
         "limits_systems": {s.key: s.label for s in limits if s.shape == BEST},
+        "async_systems": {s.key: s.label for s in coroutines if s.shape == BEST},
         "configs": {
             "best": {s.key: s.describe(BEST_PROCESSES) for s in best},
             "same": {
@@ -322,6 +329,36 @@ def limits_round(
             if s.shape == SAME:
                 _log(f"{label}: queue limits, cost per job {s.key}")
                 out["cost"][s.key] = workloads.cost(s, profile.cost_jobs, timeout=60.0)
+    return out
+
+
+ASYNC_TURNS = 2
+"""Drains of each system of the async comparison per round and shape, taken in turn."""
+
+
+def async_systems() -> list[System]:
+    """The async comparison's systems: Tenure's broker-less executor draining the plain no-op
+    and the ``async def`` one, at their best (2 x 8) and one process of one job at a time."""
+    out: list[System] = []
+    for shape in (BEST, SAME):
+        out += [Tenure(key="tenure", db="bench_tenure", shape=shape), TenureAsync(shape=shape)]
+    return out
+
+
+def async_round(profile: Profile, systems: list[System], *, label: str) -> dict[str, Any]:
+    """One round of the async comparison: :data:`ASYNC_TURNS` drains of each system in each
+    shape, in turn (plain, async, plain, async), so each pair sees the same machine."""
+    out: dict[str, Any] = {BEST: {}, SAME: {}}
+    for _ in range(ASYNC_TURNS):
+        for s in systems:
+            _log(f"{label}: async comparison, {s.key} ({s.shape})")
+            if s.shape == BEST:
+                res = workloads.drain(
+                    s, profile.best_jobs, BEST_PROCESSES, timeout=profile.best_timeout
+                )
+            else:
+                res = workloads.drain(s, profile.drain_jobs, 1, timeout=profile.drain_timeout)
+            out[s.shape].setdefault(s.key, []).append(res)
     return out
 
 
@@ -394,6 +431,11 @@ def main() -> None:
         help="own: a cluster of the run's own with production defaults (default); "
         "shared: BENCH_PG_HOST:BENCH_PG_PORT",
     )
+    parser.add_argument(
+        "--only",
+        choices=("async",),
+        help="async: the async comparison alone (plain against async def no-op jobs)",
+    )
     parser.add_argument("--out", default=str(BENCH / "results"))
     args = parser.parse_args()
     shapes = [x.strip() for x in args.shapes.split(",") if x.strip()]
@@ -418,16 +460,26 @@ def main() -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     with server(args.server) as cluster:
         # Built after the server is chosen: each system's address is taken when it is made.
-        systems = [s for k, s in all_systems(SAME).items() if wanted(k)] if SAME in shapes else []
-        best = [s for k, s in all_systems(BEST).items() if wanted(k)] if BEST in shapes else []
-        # The queue-limits comparison needs this checkout's history (the earlier revision's
-        # files come from git); it is left out with the Tenure drain at its best.
-        limits = limits_systems() if BEST in shapes and (ROOT / ".git").exists() else []
-        data = run(profile, systems, best, out_dir, cluster, command.strip(), limits)
+        coroutines = async_systems() if BEST in shapes else []
+        if args.only == "async":
+            data = run(profile, [], [], out_dir, cluster, command.strip(), [], coroutines)
+        else:
+            systems = (
+                [s for k, s in all_systems(SAME).items() if wanted(k)] if SAME in shapes else []
+            )
+            best = [s for k, s in all_systems(BEST).items() if wanted(k)] if BEST in shapes else []
+            # The queue-limits comparison needs this checkout's history (the earlier
+            # revision's files come from git); it is left out with the Tenure drain at its best.
+            limits = limits_systems() if BEST in shapes and (ROOT / ".git").exists() else []
+            data = run(
+                profile, systems, best, out_dir, cluster, command.strip(), limits, coroutines
+            )
     # The quick profile's report is <date>.md; the full one and scaled checks are kept apart.
     suffix = "" if profile.name == "quick" else "-" + profile.name.replace(" ", "")
     if set(shapes) != set(SHAPES):
         suffix += "-" + "-".join(shapes)
+    if args.only:
+        suffix += f"-{args.only}"
     stem = f"{data['date']}{suffix}"
     (out_dir / f"{stem}.json").write_text(json.dumps(data, indent=1))
     (out_dir / "raw-partial.json").unlink(missing_ok=True)

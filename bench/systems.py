@@ -282,6 +282,15 @@ class Tenure(System):
         return [PYTHON, "manage.py", "run_scheduler"]
 
 
+class TenureAsync(Tenure):
+    """Tenure's broker-less executor running an ``async def`` no-op (``bench.noop_async``),
+    on a database of its own: what awaiting a coroutine costs a job against the plain no-op."""
+
+    def __init__(self, shape: str = BEST) -> None:
+        super().__init__(key="tenure-async", db="bench_tenure_async", shape=shape)
+        self.label = "Tenure (broker-less), async def no-op"
+
+
 BEFORE_LIMITS = "f307417"
 """The last revision before queue pause and limits entered the claim (``tenure_queue`` and
 the claim's gate came with the next commit): what "an unlimited queue costs the same as

@@ -28,6 +28,7 @@ from .common import (
     HARNESS_XACTS_PER_READ,
     connect,
     counting_env,
+    cpu_seconds,
     db_counters,
     free_udp_port,
     processes,
@@ -92,6 +93,7 @@ def drain(
     system.reset()
     env = system.env(**system.worker_env(workers))
     progress: list[tuple[float, int]] = []
+    cpu: list[tuple[int, float]] = []
     conn = connect(system.db) if system.db else None
     try:
         with processes(f"{system.key}-{system.shape}-drain-{workers}", grace=0.0) as procs:
@@ -101,11 +103,13 @@ def drain(
             t0 = time.monotonic()
             for cmd in system.worker_cmds(workers):
                 procs.start(cmd, env, system.root)
+            pids = [p.pid for p in procs.procs]
             done = 0
             while done < jobs and time.monotonic() - t0 < timeout:
                 time.sleep(POLL_SECONDS)
                 done = system.done(conn, jobs)
                 progress.append((time.monotonic() - t0, done))
+                cpu.append((done, cpu_seconds(pids)))
                 if procs.alive() == 0:
                     break
             elapsed = time.monotonic() - t0
@@ -114,6 +118,14 @@ def drain(
             conn.close()
     complete = done >= jobs
     window = steady_window(progress, jobs)
+    # The worker processes' CPU per job between the samples nearest 10 % and 90 % done
+    # (start-up and the tail left out, as from the rate).
+    inside = [(d, c) for d, c in cpu if 0.1 * jobs <= d <= 0.9 * jobs]
+    cpu_per_job = (
+        (inside[-1][1] - inside[0][1]) / (inside[-1][0] - inside[0][0])
+        if len(inside) >= 2 and inside[-1][0] > inside[0][0]
+        else float("nan")
+    )
     first = next((t for t, d in progress if d > 0), float("nan"))
     nan = float("nan")
     return {
@@ -130,6 +142,7 @@ def drain(
         "seconds": elapsed,
         "timeout": timeout,
         "enqueue_seconds": float(enqueue.get("seconds", nan)),
+        "worker_cpu_ms_per_job": cpu_per_job * 1000,
     }
 
 

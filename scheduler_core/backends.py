@@ -3,7 +3,8 @@
 "scheduler_core.backends.TenureBackend"}}``.
 
 Each ``@task`` function becomes a registered job type named by its module path, whose handler
-(:func:`run_task`) calls it; each ``.enqueue()`` is a job accepted through the same enqueue
+(:func:`run_task`, or :func:`arun_task` for an ``async def`` task, which the attempt awaits as
+it awaits an ``async def`` handler) calls it; each ``.enqueue()`` is a job accepted through the same enqueue
 as ``@job`` (joining the caller's transaction on Tenure's database), claimed, fenced, retried
 and recorded like any other; each result is a read of the job's record and its attempts. A
 task's return value is stored as JSON on its attempt's row. The field-by-field mapping and
@@ -17,6 +18,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from asgiref.sync import sync_to_async
 from django.apps import apps
 from django.core import checks
 from django.db import transaction
@@ -81,6 +83,7 @@ __all__ = [
     "TenureBackend",
     "TenureTaskContext",
     "TenureTaskResult",
+    "arun_task",
     "run_task",
     "tenure_options",
 ]
@@ -238,7 +241,7 @@ class TenureBackend(BaseTaskBackend):
         )
         known = _TASKS.get(name)
         jt = registry.get(name)
-        if known is not None and jt is not None and jt.func is run_task:
+        if known is not None and jt is not None and jt.func in (run_task, arun_task):
             if _REGISTERED_WITH.get(name) == fingerprint:
                 return jt
             if known.func is task.func:
@@ -256,7 +259,7 @@ class TenureBackend(BaseTaskBackend):
                 timeout=chosen.get("timeout"),
                 retry_on=options.retry_on,
                 permanent_on=options.permanent_on,
-            )(run_task)
+            )(arun_task if registry.is_async(task.func) else run_task)
         except ValueError as e:
             raise InvalidTask(f"task {name}: {e}") from None
         _TASKS[name] = task
@@ -484,13 +487,30 @@ def _checked_return_value(value: Any) -> Any:
 
 
 def run_task(ctx: JobContext, *, args: list[Any], kwargs: dict[str, Any]) -> None:
-    """The handler of every task's job type: call the task's function with the enqueued
+    """The handler of every plain task's job type: call the task's function with the enqueued
     arguments and keep its return value (fenced, on this attempt's row).
 
     A return value that is not JSON, or larger than ``TENURE_MAX_RETURN_VALUE_BYTES``, ends
     the job ``failed`` with that reason and no retry: the function has run, and running it
     again would return the same. ``None`` is not written (the result reads ``None`` then).
     """
+    task, leading = _prepared(ctx, args, kwargs)
+    _keep(ctx, task.call(*leading, *args, **kwargs))
+
+
+async def arun_task(ctx: JobContext, *, args: list[Any], kwargs: dict[str, Any]) -> None:
+    """:func:`run_task` for an ``async def`` task: its coroutine is awaited in the attempt's
+    coroutine, so it is cancelled with it (a lost lease, the maximum runtime) and its database
+    work runs on the attempt's own connection (:mod:`scheduler_core.runtime.invoke`)."""
+    task, leading = await sync_to_async(_prepared)(ctx, args, kwargs)
+    value = await task.acall(*leading, *args, **kwargs)
+    await sync_to_async(_keep)(ctx, value)
+
+
+def _prepared(
+    ctx: JobContext, args: list[Any], kwargs: dict[str, Any]
+) -> tuple[Task[..., Any], list[Any]]:
+    """The task of ``ctx``'s job and the arguments before the enqueued ones (its context)."""
     task = _TASKS.get(ctx.name)
     if task is None:
         raise Permanent(f"no django.tasks task is registered as {ctx.name!r} in this process")
@@ -503,6 +523,10 @@ def run_task(ctx: JobContext, *, args: list[Any], kwargs: dict[str, Any]) -> Non
     if not isinstance(args, list) or not isinstance(kwargs, dict):
         raise PayloadMismatch("a task's payload holds a list 'args' and an object 'kwargs'")
     _bind(task, list(args), dict(kwargs), error=PayloadMismatch)
-    value = task.call(*leading, *args, **kwargs)
+    return task, leading
+
+
+def _keep(ctx: JobContext, value: Any) -> None:
+    """Write a task's return value on the attempt's row (fenced); ``None`` is not written."""
     if value is not None:
         driver().record_return_value(ctx.lease, _checked_return_value(value))

@@ -28,6 +28,13 @@ class Indeterminate(JobError):
     """
 
 
+class WriteLockHeldTooLong(Transient):
+    """On SQLite, a ``transactional`` handler's transaction held the database's one write lock
+    past its bound (a share of the shortest lease of the attempts then running, so that their
+    renewals get through): it was rolled back, and the attempt fails, transient
+    (``scheduler_core/storage/sqlite_hold.py``)."""
+
+
 class Snooze(Exception):
     """Put the job back to wait ``seconds`` without spending an attempt."""
 

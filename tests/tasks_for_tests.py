@@ -93,6 +93,35 @@ async def async_add(a: int, b: int) -> int:
     return a + b
 
 
+@task(takes_context=True)
+@tenure_options(effect="transactional")
+async def async_counted(context: Any, account: str) -> dict[str, Any]:
+    """An async task whose ORM write (Django's async ORM) commits with its completion."""
+    from demo.models import LedgerEntry
+
+    ctx = context.tenure
+    await LedgerEntry.objects.acreate(
+        account=account, cents=1, effect_key=account, job_id=ctx.job_id, fence=ctx.fence
+    )
+    return {"job": ctx.job_id, "rows": await LedgerEntry.objects.filter(account=account).acount()}
+
+
+SLOW_TASK_STOPPED: list[str] = []
+
+
+@task()
+@tenure_options(timeout=0.5)
+async def async_overrunning() -> None:
+    """Sleeps past its maximum runtime: cancelled there, its ``finally`` runs."""
+    import asyncio
+
+    try:
+        await asyncio.sleep(10)
+        SLOW_TASK_STOPPED.append("woke up")
+    finally:
+        SLOW_TASK_STOPPED.append("finally")
+
+
 @task(priority=50)
 def urgent() -> str:
     return "urgent"

@@ -18,6 +18,7 @@ from scheduler_core.domain.keys import is_effect_key
 from scheduler_core.services.maintenance import BACKOFF_CAP_SECONDS
 
 from .evidence import (
+    ASYNC_SUFFIX,
     BROKER_SUFFIX,
     FALLBACK_TYPE,
     UNTIMED_TYPE,
@@ -946,6 +947,13 @@ def sweep_verdicts(ev: Evidence) -> tuple[dict[str, Any], dict[str, Any], dict[s
 # ---------------------------------------------------------------------------------------------
 
 
+def async_section(ev: Evidence) -> dict[str, Any]:
+    """The jobs whose handler was an ``async def`` twin, by the state they ended in (every
+    invariant judges them with the others)."""
+    twins = [j for j in ev.jobs.values() if j.name.endswith(ASYNC_SUFFIX)]
+    return {"jobs": len(twins), "by_state": dict(Counter(j.state for j in twins))}
+
+
 def terminal_section(ev: Evidence) -> dict[str, Any]:
     """Final states overall and by mode, and why jobs failed."""
     by_mode: dict[str, Counter[str]] = defaultdict(Counter)
@@ -1026,6 +1034,7 @@ def analyse(ev: Evidence) -> dict[str, Any]:
         "classification": classification,
         "busy_loop": busy,
         "fallback": fallback,
+        "async": async_section(ev),
         "bad_input": sweep,
         "verdicts": verdicts,
         "passed": all(v["status"] != "fail" for v in verdicts.values()),

@@ -27,6 +27,14 @@ from . import truth
 CHAOS_PREFIX = "chaos:"
 BROKER_SUFFIX = ".broker"
 """Job types ending in this are the broker twins (see :mod:`verifier.job_types`)."""
+ASYNC_SUFFIX = ".async"
+"""Job types ending in this are the ``async def`` twins (see :mod:`verifier.job_types`)."""
+
+
+def base_type_of(name: str) -> str:
+    """The job type ``name`` is a twin of (itself when it is none)."""
+    return name.removesuffix(BROKER_SUFFIX).removesuffix(ASYNC_SUFFIX)
+
 
 EFFECT_OF_TYPE: dict[str, str] = {
     "chaos.transactional": "credit",
@@ -84,8 +92,8 @@ class JobRow:
 
     @property
     def base_type(self) -> str:
-        """The job type, the broker twins' suffix removed."""
-        return self.name.removesuffix(BROKER_SUFFIX)
+        """The job type, the broker and async twins' suffixes removed."""
+        return base_type_of(self.name)
 
     @property
     def effect_name(self) -> str:
@@ -217,7 +225,7 @@ def load(workdir: Path) -> Evidence:
         if not (j.unique_key or "").startswith(CHAOS_PREFIX):
             other.append({"id": j.pk, "name": j.name, "key": j.unique_key, "state": j.state})
             continue
-        name = EFFECT_OF_TYPE.get(j.name.removesuffix(BROKER_SUFFIX), "")
+        name = EFFECT_OF_TYPE.get(base_type_of(j.name), "")
         keys = [e.key for e in effects.get(j.pk, []) if name and e.name == name]
         jobs[j.pk] = JobRow(
             id=j.pk,

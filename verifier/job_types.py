@@ -28,8 +28,10 @@ Loaded only where ``TENURE_JOB_MODULES`` names this module (the verifier's proce
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
+from collections.abc import Callable
 from typing import Any
 
 from demo import clients
@@ -39,7 +41,7 @@ from scheduler_core.api.registry import JobType
 from scheduler_core.runtime.context import JobContext
 
 from .broker import BROKER_QUEUE
-from .evidence import BROKER_SUFFIX
+from .evidence import ASYNC_SUFFIX, BROKER_SUFFIX
 from .plan import DOWN_URL_ENV
 
 LEASE = int(os.environ.get("TENURE_CHAOS_LEASE", "4"))
@@ -369,3 +371,142 @@ BROKER_TWINS = (
 
 
 # ---------------------------------------------------------------------------------------------
+
+
+# ---------------------------------------------------------------------------------------------
+# The same five job types written ``async def``
+# ---------------------------------------------------------------------------------------------
+
+# Each makes the same call to the same destination as its plain twin, awaiting its work and
+# the call (the demo clients block, so the call runs on a thread of the loop's own), and
+# writes the ledger with ``async with``: run by the broker-less executors on their threads'
+# event loops, cancelled at the maximum runtime (a hung first attempt) and when the lease is
+# lost, every outcome checked against the same invariants.
+
+
+async def _aprelude(
+    ctx: JobContext, work: float, fail_first: int, permanent: bool, hang: bool = False
+) -> None:
+    if hang and ctx.attempt == 1:
+        # Hung past the maximum runtime: the coroutine is cancelled there.
+        await asyncio.sleep(HANG_SECONDS)
+    if permanent:
+        raise Permanent(PLANNED_PERMANENT)
+    if ctx.attempt <= fail_first:
+        raise Transient(f"{PLANNED_TRANSIENT} {ctx.attempt} of {fail_first}")
+    if work > 0:
+        await asyncio.sleep(work)
+
+
+async def _atransactional(ctx: JobContext, *, n: int, **p: Any) -> None:
+    await _aprelude(ctx, p["work"], p["fail_first"], p["permanent"], p["hang"])
+    async with ctx.effect("credit") as eff:
+        if not eff.done:
+            entry = await LedgerEntry.objects.acreate(
+                account=f"chaos-{n}",
+                cents=100,
+                effect_key=eff.key,
+                job_id=ctx.job_id,
+                fence=ctx.fence,
+            )
+            eff.applied(destination_ref=f"ledger:{entry.pk}")
+    await asyncio.sleep(p["hold"])
+
+
+def _provider(call: Callable[..., dict[str, Any]], name: str) -> Callable[..., Any]:
+    async def handler(ctx: JobContext, *, n: int, **p: Any) -> None:
+        await _aprelude(ctx, p["work"], p["fail_first"], p["permanent"], p["hang"])
+        async with ctx.effect(name) as eff:
+            if not eff.done:
+                reply = await asyncio.to_thread(
+                    call,
+                    ctx,
+                    key=eff.key,
+                    fence=eff.fence,
+                    body={"invoice_id": n, "cents": 100},
+                    timeout=p["timeout"],
+                    slow_reply=_slow(ctx, p["slow"], p["timeout"]),
+                )
+                eff.applied(destination_ref=str(reply.get("charge_id", "")))
+        await asyncio.sleep(p["hold"])
+
+    return handler
+
+
+async def _amail(ctx: JobContext, *, n: int, **p: Any) -> None:
+    await _aprelude(ctx, p["work"], p["fail_first"], p["permanent"], p["hang"])
+    async with ctx.effect("email") as eff:
+        if not eff.done:
+            message_id = await asyncio.to_thread(
+                clients.send_mail,
+                key=eff.key,
+                to=f"customer-{n}@example.test",
+                subject=f"chaos {n}",
+                text="Thank you.",
+                timeout=p["timeout"],
+                slow_reply=_slow(ctx, p["slow"], p["timeout"]),
+            )
+            eff.applied(destination_ref=message_id)
+    await asyncio.sleep(p["hold"])
+
+
+async def _alookup(ctx: JobContext, **payload: Any) -> str:
+    """Reconcile, awaited: ask the provider whether this job's transfer was applied."""
+    timeout = payload.get("timeout", 1.5)
+    reply = await asyncio.to_thread(
+        clients.lookup,
+        ctx,
+        key=await ctx.aeffect_key("transfer"),
+        fence=ctx.fence,
+        timeout=float(timeout) if isinstance(timeout, int | float) else 1.5,
+    )
+    status = reply.get("status")
+    return status if status in ("applied", "not_applied") else "unknown"
+
+
+def _with_defaults(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` behind the plain twins' signature (every payload name, with its default)."""
+
+    async def handler(
+        ctx: JobContext,
+        *,
+        n: int,
+        work: float = 0.0,
+        hold: float = 0.0,
+        fail_first: int = 0,
+        permanent: bool = False,
+        slow: bool = False,
+        timeout: float = 1.5,
+        hang: bool = False,
+    ) -> None:
+        await fn(
+            ctx,
+            n=n,
+            work=work,
+            hold=hold,
+            fail_first=fail_first,
+            permanent=permanent,
+            slow=slow,
+            timeout=timeout,
+            hang=hang,
+        )
+
+    return handler
+
+
+ASYNC_TWINS = tuple(
+    job(
+        name=twin.name + ASYNC_SUFFIX,
+        effect=twin.effect.value,
+        reconcile=_alookup if twin.reconcile is not None else None,
+        **OPTIONS,
+    )(_with_defaults(fn))
+    for twin, fn in (
+        (transactional, _atransactional),
+        (idempotent, _provider(clients.charge, "charge")),
+        (reconcilable, _provider(clients.transfer, "transfer")),
+        (at_least_once, _amail),
+        (at_most_once, _amail),
+    )
+)
+"""The ``async def`` twins of the five job types, on the broker-less executors' queue."""

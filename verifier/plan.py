@@ -68,6 +68,9 @@ class Plan:
     """Share of the verifier's own jobs that are ``chaos.fallback``: a primary provider that
     sometimes applies, times out, then turns the next attempt away, and a fallback provider
     that keeps its own keys."""
+    async_share: float = 0.25
+    """Share of the verifier's jobs of the five types on the broker-less executors' queue
+    whose handler is the ``async def`` twin (:data:`verifier.job_types.ASYNC_TWINS`)."""
     lease_seconds: int = 4
     reap_grace: float = 1.0
     sweep_interval: float = 0.5

@@ -154,6 +154,9 @@ def render(r: dict[str, Any]) -> str:
             f"{fb['applied_at_second_provider']}, at both "
             f"{len(fb['applied_at_two_destinations'])}{_ids(fb['applied_at_two_destinations'])}",
         ]
+    aw = r.get("async") or {}
+    if aw.get("jobs"):
+        lines += [f"async def handlers: {aw['jobs']} jobs {_kv(aw['by_state'])}"]
     lines += [
         f"classification: planned {_kv(r['classification']['planned'])}",
         f"  by error type: {_kv(r['classification']['by_error_type'])}",

@@ -277,6 +277,7 @@ def run_role(role: str, workdir: Path, *, seed: int, seconds: float, rate: float
             long_share=plan["long_share"],
             broker_share=plan["broker_share"] if plan.get("celery_workers") else 0.0,
             fallback_share=plan["fallback_share"],
+            async_share=plan.get("async_share", 0.0),
         )
         return 0
     if role == "operator":

@@ -24,7 +24,7 @@ from scheduler_core.services import operator
 from scheduler_core.storage.drivers import driver
 
 from . import truth
-from .evidence import BROKER_SUFFIX, FALLBACK_TYPE, UNTIMED_TYPE
+from .evidence import ASYNC_SUFFIX, BROKER_SUFFIX, FALLBACK_TYPE, UNTIMED_TYPE
 
 CHAOS_TYPES = (
     "chaos.transactional",
@@ -126,13 +126,16 @@ def plan_job(
     long_share: float = 0.12,
     broker_share: float = 0.0,
     fallback_share: float = 0.0,
+    async_share: float = 0.0,
 ) -> Spec:
     """The ``i``-th enqueue of run ``seed``: its type, payload and fate, drawn from ``rng``.
 
     A ``fallback_share`` of the verifier's own jobs are ``chaos.fallback`` (payloads from
     :data:`FALLBACK_CASES`); a ``broker_share`` of the verifier's own job types go to their
     broker twins (the same handler on the queue the Celery workers serve). Half the hung jobs
-    are ``chaos.untimed``, which declares no maximum runtime."""
+    are ``chaos.untimed``, which declares no maximum runtime. An ``async_share`` of the other
+    jobs of the five types on the broker-less executors' queue go to their ``async def``
+    twins."""
     key = f"chaos:{seed}:{i}"
     rollback = rng.random() < 0.03
     delay = rng.choice([0.0] * 9 + [rng.uniform(0.5, 3.0)])
@@ -173,6 +176,8 @@ def plan_job(
         payload["hang"] = True
         if rng.random() < UNTIMED_HANG_SHARE:
             name = UNTIMED_TYPE
+    if async_share and not suffix and name in CHAOS_TYPES and rng.random() < async_share:
+        suffix = ASYNC_SUFFIX
     return Spec(i=i, name=name + suffix, payload=payload, key=key, rollback=rollback, delay=delay)
 
 
@@ -216,6 +221,7 @@ def run(
     long_share: float,
     broker_share: float = 0.0,
     fallback_share: float = 0.0,
+    async_share: float = 0.0,
 ) -> int:
     """Enqueue at ``rate`` per second for ``seconds``; returns how many were attempted.
 
@@ -227,7 +233,7 @@ def run(
     i = 0
     with open(workdir / "enqueue.jsonl", "a", encoding="utf-8") as out:
         while time.monotonic() < deadline:
-            spec = plan_job(rng, i, seed, long_share, broker_share, fallback_share)
+            spec = plan_job(rng, i, seed, long_share, broker_share, fallback_share, async_share)
             started = time.time()
             outcome = enqueue_one(spec)
             _log(

@@ -17,6 +17,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from asgiref.sync import iscoroutinefunction
+
 from ..conf import tenure_settings
 from ..domain.classify import Matcher, check_matchers
 from ..domain.modes import EffectMode
@@ -149,6 +151,9 @@ def job(
     def register(fn: Callable[..., Any]) -> JobType:
         s = tenure_settings()
         jname = name or f"{fn.__module__}.{fn.__qualname__}"
+        check_callable(fn, what=f"job {jname}: the handler")
+        if reconcile is not None:
+            check_callable(reconcile, what=f"job {jname}: the reconcile function")
         try:
             mode = EFFECT_ALIASES.get(effect) or EffectMode(effect)
         except ValueError:
@@ -275,6 +280,7 @@ def _check_errors_and_schedule(
     if fallback is not None:
         if not callable(fallback):
             raise ValueError(f"job {jname}: fallback must be a function fallback(ctx, **payload)")
+        check_callable(fallback, what=f"job {jname}: the fallback")
         if not list(inspect.signature(fallback).parameters):
             raise ValueError(f"job {jname}: the fallback's first parameter must be ctx")
     spec = spec_for_job(jname, schedule, **schedule_options)
@@ -288,6 +294,43 @@ def _check_errors_and_schedule(
             ) from None
     out["schedule"] = spec
     return out
+
+
+def is_async(fn: Callable[..., Any]) -> bool:
+    """Whether calling ``fn`` makes a coroutine to await: an ``async def`` function, a
+    ``functools.partial`` of one, a function marked with ``markcoroutinefunction`` (asgiref's
+    or ``inspect``'s), or an object whose ``__call__`` is one."""
+    return bool(
+        iscoroutinefunction(fn)
+        or (not inspect.isroutine(fn) and iscoroutinefunction(type(fn).__call__))
+    )
+
+
+def check_callable(fn: Callable[..., Any], *, what: str) -> None:
+    """Refuse (``ValueError`` naming ``what``) a handler, reconcile function or fallback that an
+    attempt could call but not run to its end: a generator function, sync or async (calling it
+    runs none of its body), and a plain function that wraps an ``async def`` one (its own code
+    would run around the making of the coroutine, not around its run). A plain function and an
+    ``async def`` one (:func:`is_async`) pass."""
+    if not callable(fn):
+        raise ValueError(f"{what} must be a function")
+    inner = inspect.unwrap(fn) if inspect.isroutine(fn) else fn
+    looked_at = [fn, inner] if inspect.isroutine(inner) else [fn, type(inner).__call__]
+    for f in looked_at:
+        if inspect.isasyncgenfunction(f) or inspect.isgeneratorfunction(f):
+            kind = "an async generator" if inspect.isasyncgenfunction(f) else "a generator"
+            raise ValueError(
+                f"{what} is {kind} function: calling it runs none of its body; write a "
+                "plain function or an async def that returns"
+            )
+    if not is_async(fn) and inner is not fn and is_async(inner):
+        raise ValueError(
+            f"{what} is a plain function wrapping the async def "
+            f"{getattr(inner, '__qualname__', inner)!s}: the wrapper's own code would run "
+            "around the making of the coroutine, not around its run; make the wrapper async "
+            "def too (or, if it only returns the coroutine, mark it with "
+            "inspect.markcoroutinefunction or asgiref's)"
+        )
 
 
 def _check_limits(jname: str, attempts: int, lease: int) -> None:

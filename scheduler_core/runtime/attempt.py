@@ -29,6 +29,7 @@ from ..storage.records import Failure, Lease
 from .completion import NextClaim, complete_read_back
 from .context import EffectRef, JobContext
 from .heartbeat import Heartbeater
+from .invoke import invoke
 
 log = logging.getLogger("tenure.executor")
 
@@ -112,8 +113,8 @@ def _run(
             # a refused completion rolls all of them back. Not retried here: the handler's
             # writes would have to be made again, which is the next attempt's job.
             def commit_all() -> None:
-                driver().limit_handler_idle()
-                handler(ctx, **lease.payload)
+                driver().limit_handler_idle(lease)
+                invoke(handler, ctx, **lease.payload)
                 hooks.failpoint("before_complete")
                 driver().complete(lease)
                 if nxt is not None:
@@ -121,7 +122,7 @@ def _run(
 
             complete_read_back(lease, commit_all, tries=1)
         else:
-            handler(ctx, **lease.payload)
+            invoke(handler, ctx, **lease.payload)
             hooks.failpoint("before_complete")
             if defer is not None and defer(ctx):
                 return "deferred"
@@ -355,8 +356,8 @@ def _ask(jt: registry.JobType, ctx: JobContext, ref: EffectRef | None) -> Any:
     ctx.reconciling = ref
     try:
         if jt.reconcile_takes_effect:
-            return jt.reconcile(ctx, effect=ref, **ctx.lease.payload)
-        return jt.reconcile(ctx, **ctx.lease.payload)
+            return invoke(jt.reconcile, ctx, effect=ref, **ctx.lease.payload)
+        return invoke(jt.reconcile, ctx, **ctx.lease.payload)
     finally:
         ctx.reconciling = None
 

@@ -177,7 +177,8 @@ class Chain:
         """Take ``lease`` off the queue to run it now, unless the warden gave it back."""
         jt = registry.get(lease.name)
         # Where the database has one write lock (SQLite), a transactional handler holds it for
-        # its whole run: any write of the warden's would wait on it, so the warden waits too.
+        # its whole run (bounded: storage/sqlite_hold.py): any write of the warden's would wait
+        # on it, so the warden waits too.
         exclusive = jt is not None and jt.effect == EffectMode.TRANSACTIONAL and driver().one_writer
         with self._lock:
             ctx = self._queued.pop(lease.attempt_id, None)

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import TracebackType
+
+from asgiref.sync import sync_to_async
 
 import scheduler_core.hooks as hooks
 
@@ -47,6 +51,8 @@ class JobContext:
         self.name = lease.name
         self.payload = lease.payload
         self._lost = threading.Event()
+        self._on_lost: list[Callable[[], None]] = []
+        self._on_lost_lock = threading.Lock()
         self._cancel = threading.Event()
         self.lost_reason = ""
         self.ambiguous = False
@@ -62,10 +68,37 @@ class JobContext:
 
     def mark_lost(self, reason: str) -> None:
         """Called by the heartbeat when the lease was refused or could not be renewed."""
-        if not self._lost.is_set():
+        with self._on_lost_lock:
+            if self._lost.is_set():
+                return
             self.lost_reason = reason
             self._lost.set()
-            log.warning("job %s fence %s: attempt lost (%s)", self.job_id, self.fence, reason)
+            callbacks, self._on_lost = self._on_lost, []
+        log.warning("job %s fence %s: attempt lost (%s)", self.job_id, self.fence, reason)
+        for callback in callbacks:
+            try:
+                callback()
+            except Exception:  # the caller (the heartbeat) must go on renewing the others
+                log.exception("job %s: a callback on the attempt's loss failed", self.job_id)
+
+    def when_lost(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """Call ``callback`` once the attempt is lost (at once if it already is), on the
+        thread that marks it lost; returns a function that withdraws it. How an ``async def``
+        handler's coroutine is cancelled when its lease is lost
+        (:mod:`scheduler_core.runtime.invoke`)."""
+        with self._on_lost_lock:
+            lost = self._lost.is_set()
+            if not lost:
+                self._on_lost.append(callback)
+        if lost:
+            callback()
+
+        def withdraw() -> None:
+            with self._on_lost_lock:
+                if callback in self._on_lost:
+                    self._on_lost.remove(callback)
+
+        return withdraw
 
     @property
     def cancelled(self) -> bool:
@@ -104,7 +137,8 @@ class JobContext:
             raise StaleAttempt(self.job_id, self.fence, write)
 
     def effect(self, name: str) -> EffectScope:
-        """A fenced effect record: ``with ctx.effect("charge") as eff: ...``."""
+        """A fenced effect record: ``with ctx.effect("charge") as eff: ...`` in a plain
+        handler, ``async with ctx.effect("charge") as eff: ...`` in an ``async def`` one."""
         if not name or len(name) > 100:
             raise ValueError("effect name must be 1..100 characters")
         return EffectScope(self, name)
@@ -113,9 +147,30 @@ class JobContext:
         """The key of effect ``name`` of this job, without recording anything.
 
         The same in every attempt: a reconcile function uses it to ask the destination what
-        became of the effect a run attempt started.
+        became of the effect a run attempt started. An ``async def`` function awaits
+        :meth:`aeffect_key` instead.
         """
+        refuse_in_event_loop("ctx.effect_key(name)", "await ctx.aeffect_key(name)")
         return driver().effect_key(self.job_id, name)
+
+    async def aeffect_key(self, name: str) -> str:
+        """:meth:`effect_key` for an ``async def`` handler or reconcile function (the read
+        runs on the attempt's own thread and database connection)."""
+        return await sync_to_async(driver().effect_key)(self.job_id, name)
+
+
+def refuse_in_event_loop(call: str, instead: str) -> None:
+    """Raise :class:`~scheduler_core.exceptions.Permanent` naming ``instead`` when ``call``, a
+    synchronous read or write of Tenure's database, is made from a running event loop (an
+    ``async def`` handler): Django would refuse it there with ``SynchronousOnlyOperation``,
+    and it would fail the same way in every attempt."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return
+    raise Permanent(
+        f"{call} is synchronous and was called from an async def handler; write {instead}"
+    )
 
 
 class EffectScope:
@@ -133,6 +188,11 @@ class EffectScope:
 
     In a ``transactional`` job the scope runs inside the job's transaction: the ledger row is
     written ``applied`` on exit and commits with the completion, or rolls back with it.
+
+    An ``async def`` handler enters it with ``async with``: the same writes, run on the
+    attempt's own thread and connection (inside the job's transaction where there is one)
+    while the coroutine waits. The plain ``with`` form there raises
+    :class:`~scheduler_core.exceptions.Permanent` before writing anything.
     """
 
     def __init__(self, ctx: JobContext, name: str) -> None:
@@ -146,6 +206,21 @@ class EffectScope:
         self.note = ""
 
     def __enter__(self) -> EffectScope:
+        refuse_in_event_loop('with ctx.effect("...")', 'async with ctx.effect("...")')
+        return self._enter()
+
+    async def __aenter__(self) -> EffectScope:
+        return await sync_to_async(self._enter)()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await sync_to_async(self._exit)(exc)
+
+    def _enter(self) -> EffectScope:
         self.ctx.check("effect_intent")
         try:
             row = driver().effect_intend(self.ctx.lease, self.name)
@@ -170,6 +245,9 @@ class EffectScope:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
+        self._exit(exc)
+
+    def _exit(self, exc: BaseException | None) -> None:
         if self.done:
             return
         if exc is None:

@@ -34,6 +34,10 @@ from .process_signals import StopOnSignal
 
 log = logging.getLogger("tenure.executor")
 
+CLEANUP_SECONDS = 1.0
+"""How long a stopping executor waits, after giving its unfinished attempts back, for their
+threads to end (a cancelled coroutine's cleanup)."""
+
 
 @dataclass
 class WorkerStats:
@@ -300,6 +304,12 @@ class Worker:
         self.heartbeater.stop()
         for _ in self._threads:
             self._todo.put(None)
+        # Marked lost, an async def handler's coroutine was cancelled: give its cleanup (its
+        # finally blocks, the tasks it started) a moment to run before the process ends. A
+        # plain handler's thread cannot be stopped, and is not waited for past this.
+        until = time.monotonic() + CLEANUP_SECONDS
+        for t in self._threads:
+            t.join(timeout=max(0.0, until - time.monotonic()))
         with contextlib.suppress(DatabaseError):
             driver().executor_stopped(self.executor_id)
         log.info(

@@ -108,9 +108,11 @@ class DriverCore:
         """*Vendor.* Settings an executor's connection needs, applied as it opens (the
         server ends an executor's idle transactions; hot statements planned once)."""
 
-    def limit_handler_idle(self) -> None:
-        """*Vendor.* Inside a ``transactional`` handler's transaction: the handler may work
-        between statements for longer than an executor's own transactions may idle."""
+    def limit_handler_idle(self, lease: Lease | None = None) -> None:
+        """*Vendor.* Inside a ``transactional`` handler's transaction (the attempt of
+        ``lease``): the limits the database puts on how the handler may hold it — on
+        PostgreSQL, it may work between statements for longer than an executor's own
+        transactions may idle; on SQLite, how long it may hold the one write lock."""
 
     # -- claims and completions (vendor) -------------------------------------------------------
 

@@ -449,7 +449,7 @@ class PostgresDriver(PgTableUpkeep, PgIndexUpkeep, Driver):
                 # job of a 1.2-1.6 ms drain loop; their generic plans look rows up by key.
                 cur.execute("SET plan_cache_mode = force_generic_plan")
 
-    def limit_handler_idle(self) -> None:
+    def limit_handler_idle(self, lease: Lease | None = None) -> None:
         s = tenure_settings()
         if s.EXECUTOR_IDLE_TX_TIMEOUT_MS <= 0:
             return

@@ -14,11 +14,12 @@ import json
 import os
 import time
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any
 
 from django.db import IntegrityError, models
-from django.db.models import BooleanField, Exists, OuterRef, Q
+from django.db.models import BooleanField, Exists, Min, OuterRef, Q
 from django.db.models.expressions import RawSQL
 
 from ..domain import states
@@ -45,6 +46,7 @@ from .records import (
     leases_from_rows,
     named_rows,
 )
+from .sqlite_hold import WATCH
 
 SQLITE_NOW = "strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now')"
 _PAYLOAD = '"tenure_job_spec"."payload"'
@@ -128,6 +130,24 @@ class SqliteDriver(Driver):
         except OSError:
             return {"vendor": "sqlite", "file": real}
         return {"vendor": "sqlite", "file": real, "inode": inode}
+
+    def atomic(self) -> AbstractContextManager[Any]:
+        """A transaction (or savepoint); a ``transactional`` handler's, taken back past its
+        bound, ends in :class:`~scheduler_core.exceptions.WriteLockHeldTooLong`
+        (:mod:`.sqlite_hold`)."""
+        return WATCH.atomic(super().atomic(), self.connection)
+
+    def limit_handler_idle(self, lease: Lease | None = None) -> None:
+        """Bound how long the ``transactional`` handler about to run in this transaction (the
+        attempt of ``lease``) may hold the database's one write lock: a share of the shortest
+        lease of the other attempts running now; none with no other attempt running, which
+        the hold could starve of a renewal (:mod:`.sqlite_hold`)."""
+        others = JobSpec.objects.using(self.alias).filter(job__state=states.State.LEASED)
+        if lease is not None:
+            others = others.exclude(job_id=lease.job_id)
+        shortest = others.aggregate(shortest=Min("lease_seconds"))["shortest"]
+        if shortest:
+            WATCH.begin(self.connection, shortest_lease=float(shortest))
 
     def payload_contains(self, query: PayloadQuery) -> Q:
         """Each leaf read with ``json_extract``: no index, the payloads are read (the embedded

@@ -4,12 +4,14 @@ recorded as Tenure jobs, and read back as ``TaskResult`` (docs/install.md, "djan
 from __future__ import annotations
 
 import datetime as dt
+import time
 from typing import Any
 
 import pytest
 from django.db import transaction
 from django.utils import timezone
 
+from demo.models import LedgerEntry
 from scheduler_core import job
 from scheduler_core.backends import STATUS, TenureBackend
 from scheduler_core.exceptions import EnqueueError, StaleAttempt
@@ -21,6 +23,8 @@ from tests import tasks_for_tests
 from tests.tasks_for_tests import (
     add,
     async_add,
+    async_counted,
+    async_overrunning,
     fails,
     nested,
     once_per_order,
@@ -198,6 +202,25 @@ def test_an_async_task_runs_on_the_executor() -> None:
     result = async_add.enqueue(20, 22)
     assert _run(result.id) == "succeeded"
     assert async_add.get_result(result.id).return_value == 42
+
+
+def test_an_async_tasks_orm_writes_commit_with_its_completion() -> None:
+    result = async_counted.enqueue("acct-7")
+    assert _run(result.id) == "succeeded"
+    got = async_counted.get_result(result.id)
+    assert got.return_value == {"job": int(result.id), "rows": 1}
+    assert LedgerEntry.objects.filter(account="acct-7").count() == 1
+
+
+def test_an_async_task_past_its_maximum_runtime_is_cancelled() -> None:
+    # Before async tasks were awaited in the attempt's own coroutine, the task ran on to its
+    # end (django.tasks' own bridge knows no maximum runtime) and then found its write refused.
+    tasks_for_tests.SLOW_TASK_STOPPED.clear()
+    result = async_overrunning.enqueue()
+    began = time.monotonic()
+    assert _run(result.id) == "stale"
+    assert time.monotonic() - began < 5
+    assert tasks_for_tests.SLOW_TASK_STOPPED == ["finally"]
 
 
 # -- enqueue --------------------------------------------------------------------------------------

@@ -79,3 +79,59 @@ def overrun(ctx: Any, *, seconds: float = 120.0) -> None:
     """Run far past a one-second maximum runtime (its lease is long, so it shows overrunning
     for most of a minute before the reaper could move it)."""
     time.sleep(seconds)
+
+
+async def _mark(ctx: Any, account: str) -> None:
+    from demo.models import LedgerEntry
+
+    await LedgerEntry.objects.acreate(
+        account=account, cents=1, effect_key=account, job_id=ctx.job_id, fence=ctx.fence
+    )
+
+
+@job(name="tests.proc.async_write", effect="transactional", lease_seconds=30, max_attempts=3)
+async def async_write(ctx: Any, *, n: int = 0) -> None:
+    """An async handler whose row, written through Django's async ORM, commits with its
+    completion."""
+    import asyncio
+
+    await asyncio.sleep(0)
+    await _mark(ctx, f"async-{n}")
+
+
+@job(name="tests.proc.async_nap", lease_seconds=60, max_attempts=3)
+async def async_nap(ctx: Any, *, seconds: float = 60.0) -> None:
+    """Sleep a long time under a long lease; a cancelled coroutine records its ``finally``."""
+    import asyncio
+
+    try:
+        await asyncio.sleep(seconds)
+        await _mark(ctx, "woke-up")
+    finally:
+        await _mark(ctx, "finally")
+
+
+@job(name="tests.proc.renewing", lease_seconds=6, max_attempts=3)
+def renewing(ctx: Any, *, seconds: float = 10.0) -> None:
+    """Run for ``seconds`` under a six-second lease kept by renewals, then record an effect."""
+    time.sleep(seconds)
+    with ctx.effect("mark"):
+        pass
+
+
+@job(
+    name="tests.proc.tx_hold",
+    effect="transactional",
+    lease_seconds=30,
+    max_attempts=2,
+    backoff_base=0.5,
+)
+def tx_hold(ctx: Any, *, seconds: float = 12.0) -> None:
+    """A transactional handler that writes, then works for ``seconds`` inside its transaction
+    (on SQLite, holding the database's one write lock)."""
+    from demo.models import LedgerEntry
+
+    LedgerEntry.objects.create(
+        account="tx", cents=1, effect_key="tx", job_id=ctx.job_id, fence=ctx.fence
+    )
+    time.sleep(seconds)

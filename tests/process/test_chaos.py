@@ -70,6 +70,8 @@ def test_short_seeded_run_with_every_fault_kind_passes_every_invariant(tmp_path:
     # Jobs fell back to the second provider, and none was charged at both.
     assert results["verdicts"]["I13"]["status"] == "pass", out[-3000:]
     assert results["fallback"]["jobs"] > 0
+    # async def handlers ran among them, judged by the same invariants.
+    assert results["async"]["jobs"] > 0 and results["async"]["by_state"].get("succeeded", 0) > 0
 
 
 @needs_cluster

@@ -13,6 +13,7 @@ test module subclasses one and names its transport with ``spec_id``.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import pickle
@@ -24,6 +25,7 @@ from typing import Any, ClassVar
 from django.db.models import Count
 from django.test import override_settings
 
+from demo.models import LedgerEntry
 from scheduler_core.models import Attempt, Executor, Job
 from scheduler_core.storage.drivers import driver
 from tests.conftest import broker_consumer, wait_until
@@ -91,6 +93,33 @@ class TransportContract:
         assert got.return_value == {"product": 43}
         assert got.attempts == 1
         assert Executor.objects.filter(pk=got.worker_ids[0]).exists()
+
+    def test_async_jobs_and_an_async_task_run_their_bodies(self, transport: Harness) -> None:
+        # Each body writes a row through Django's async ORM in its transactional job; before
+        # async handlers were awaited, each job "succeeded" and no row was ever written.
+        ids = [jobs.async_write.enqueue(n=i).pk for i in range(5)]
+        result = jobs.async_multiply.enqueue(6, 7)
+        transport.start_worker()
+        transport.start_scheduler()
+        wait_until(
+            lambda: Job.objects.filter(pk__in=ids, state="succeeded").count() == 5, timeout=90
+        )
+        rows = LedgerEntry.objects.filter(job_id__in=ids)
+        assert sorted(rows.values_list("account", flat=True)) == [f"async-{i}" for i in range(5)]
+        assert {attempts(pk)[0] for pk in ids} == {(1, "succeeded")}
+        wait_until(lambda: state(int(result.id)) == "succeeded", timeout=60)
+        assert jobs.async_multiply.get_result(result.id).return_value == {"product": 42}
+
+    def test_an_async_job_past_its_maximum_runtime_is_cancelled(self, transport: Harness) -> None:
+        j = jobs.async_overrun.enqueue()
+        transport.start_worker()
+        transport.start_scheduler()
+        marks = LedgerEntry.objects.filter(job_id=j.pk)
+        wait_until(lambda: marks.filter(account="finally").exists(), timeout=60)
+        claimed = Attempt.objects.get(job_id=j.pk).claimed_at
+        # Cancelled at its maximum runtime, not after its minute-long sleep.
+        assert marks.get().created_at - claimed < dt.timedelta(seconds=20)
+        assert not marks.filter(account="woke-up").exists()
 
     def test_duplicated_delivery_is_absorbed_by_the_claim(self, transport: Harness) -> None:
         # Two workers, and the job's hint delivered four times (enqueue + three copies): one

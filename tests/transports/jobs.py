@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
+
+from asgiref.sync import sync_to_async
 
 from scheduler_core import job
 
@@ -38,3 +41,35 @@ def nap(ctx: Any, *, seconds: float = 2.0) -> None:
 def multiply(a: int, b: int, *, plus: int = 0) -> dict[str, int]:
     """A django.tasks task (TenureBackend): positional and keyword arguments, a return value."""
     return {"product": a * b + plus}
+
+
+async def _mark(ctx: Any, account: str) -> None:
+    from demo.models import LedgerEntry
+
+    await LedgerEntry.objects.acreate(
+        account=account, cents=1, effect_key=account, job_id=ctx.job_id, fence=ctx.fence
+    )
+
+
+@job(name="tests.transports.async_write", effect="transactional", lease_seconds=30)
+async def async_write(ctx: Any, *, n: int = 0) -> None:
+    """An async handler whose row (Django's async ORM) commits with its completion."""
+    await asyncio.sleep(0.01)
+    await _mark(ctx, f"async-{n}")
+
+
+@job(name="tests.transports.async_overrun", lease_seconds=30, timeout=1.0, max_attempts=1)
+async def async_overrun(ctx: Any) -> None:
+    """Sleeps past its one-second maximum runtime: cancelled there; its ``finally`` records it."""
+    try:
+        await asyncio.sleep(60)
+        await _mark(ctx, "woke-up")
+    finally:
+        await _mark(ctx, "finally")
+
+
+@task()
+async def async_multiply(a: int, b: int) -> dict[str, Any]:
+    """An async django.tasks task."""
+    await sync_to_async(time.sleep)(0.01)
+    return {"product": a * b}
