@@ -6,6 +6,18 @@ BIN := $(VENV)/bin
 PG_URL ?= postgres://postgres@127.0.0.1:5432/tenure
 SQLITE_URL ?= sqlite:///var/tenure.sqlite3
 PYTEST_ARGS ?=
+## Each suite runs in two worker processes (most of its time is spent waiting on processes,
+## leases and clusters, not on a core); a test file stays in one worker, in its own order, so
+## its fixtures and seeded runs are as they are alone. PYTEST_WORKERS=0 runs in this process.
+PYTEST_WORKERS ?= 2
+XDIST = $(if $(filter 0,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --dist loadfile)
+## The files that judge what VACUUM did (table compaction, index upkeep, database pressure)
+## run after the others, alone: beside the other worker's load a compaction's second look once
+## found nothing to do and an index upkeep rebuilt one index more, where alone they pass.
+## PYTEST_ARGS narrows both runs.
+ALONE := tests/db/test_table_compaction.py tests/db/test_index_upkeep.py \
+	tests/db/test_database_pressure.py
+NOT_ALONE = $(if $(XDIST),$(foreach f,$(ALONE),--ignore=$(f)),)
 
 .PHONY: venv venv-dj6 test test-sqlite test-postgres test-dj6 lint typecheck demo clean docs
 
@@ -42,19 +54,31 @@ test: venv
 	$(MAKE) test-postgres
 
 test-sqlite: venv
-	DATABASE_URL=$(SQLITE_URL) $(BIN)/python -m pytest -p no:randomly $(PYTEST_ARGS)
+	DATABASE_URL=$(SQLITE_URL) $(BIN)/python -m pytest -p no:randomly $(XDIST) $(PYTEST_ARGS)
 
 test-postgres: venv
-	DATABASE_URL=$(PG_URL) $(BIN)/python -m pytest $(PYTEST_ARGS)
+	DATABASE_URL=$(PG_URL) $(BIN)/python -m pytest $(XDIST) $(NOT_ALONE) $(PYTEST_ARGS)
+	$(if $(XDIST),DATABASE_URL=$(PG_URL) $(BIN)/python -m pytest $(ALONE) $(PYTEST_ARGS))
 
 ## The suite on the second stack (Python 3.13, Django 6.x), on PostgreSQL. To keep CI within
 ## its time, DJ6_SKIP leaves out the files that spend the most time on what no Django version
-## touches: the fault verifier's seeded runs (make chaos-smoke and the first stack run them)
-## and table compaction and index upkeep (their own SQL). `make test-dj6 DJ6_SKIP=` runs all.
+## touches: the fault verifier's seeded runs (the first stack runs them),
+## table compaction and index upkeep (their own SQL), and the process suites that kill, pause
+## and race executors at the operating system's level (seeded kills, lease expiry, limits,
+## liveness, a promoted standby: the same code on both stacks, run by `make test`). The executor's start, drain,
+## signals, async handlers, cancel and schedules still run here as real processes.
+## `make test-dj6 DJ6_SKIP=` runs all.
 DJ6_SKIP ?= --ignore=tests/process/test_chaos.py --ignore=tests/db/test_table_compaction.py \
-	--ignore=tests/db/test_index_upkeep.py
+	--ignore=tests/db/test_index_upkeep.py --ignore=tests/process/test_effects.py \
+	--ignore=tests/process/test_executors.py --ignore=tests/process/test_scheduler_liveness.py \
+	--ignore=tests/process/test_queue_limits.py --ignore=tests/process/test_poison.py \
+	--ignore=tests/process/test_health.py --ignore=tests/process/test_failover.py
+# The ALONE files DJ6_SKIP does not leave out (a path named on the command line is collected
+# whatever --ignore says).
+DJ6_ALONE = $(filter-out $(patsubst --ignore=%,%,$(DJ6_SKIP)),$(ALONE))
 test-dj6: venv-dj6
-	DATABASE_URL=$(PG_URL) $(BIN_DJ6)/python -m pytest $(DJ6_SKIP) $(PYTEST_ARGS)
+	DATABASE_URL=$(PG_URL) $(BIN_DJ6)/python -m pytest $(DJ6_SKIP) $(XDIST) $(NOT_ALONE) $(PYTEST_ARGS)
+	$(if $(and $(XDIST),$(DJ6_ALONE)),DATABASE_URL=$(PG_URL) $(BIN_DJ6)/python -m pytest $(DJ6_ALONE) $(PYTEST_ARGS))
 
 lint: venv
 	$(BIN)/ruff check .
@@ -88,6 +112,18 @@ chaos: venv chaos-deps
 chaos-smoke: venv chaos-deps
 	$(BIN)/python manage.py chaos --seconds 75 --seed $(CHAOS_SEED) --report var/chaos-smoke-report.json
 
+## The failover nemesis (docs/reliability.md, "Failover"): a primary and its streaming standby
+## of its own, the primary crashed mid-run and the standby promoted, in synchronous then
+## asynchronous replication; both drains after the promotion in one report. FAILOVER_JOBS per mode.
+FAILOVER_JOBS ?= 1200
+.PHONY: chaos-failover chaos-failover-short
+chaos-failover: venv
+	$(BIN)/python manage.py chaos_failover --jobs $(FAILOVER_JOBS) --report var/chaos-failover-report.json
+
+## The same with 300 jobs per mode (about 70 s); CI runs tests/process/test_failover.py instead.
+chaos-failover-short: venv
+	$(BIN)/python manage.py chaos_failover --jobs 300 --gap 1 --report var/chaos-failover-short-report.json
+
 chaos-deps:
 	@command -v faketime >/dev/null || apt-get install -y faketime
 
@@ -106,7 +142,7 @@ BENCH_ARGS ?=
 $(BENCH_VENV)/.installed: pyproject.toml bench/requirements.txt
 	test -x $(BENCH_PY) || $(PY) -m venv $(BENCH_VENV) || python3 -m venv $(BENCH_VENV)
 	$(RETRY) $(BENCH_PY) -m pip install -q --upgrade pip
-	$(RETRY) $(BENCH_PY) -m pip install -q -e ".[demo,rq]" -r bench/requirements.txt
+	$(RETRY) $(BENCH_PY) -m pip install -q -e ".[demo,rq,otel]" -r bench/requirements.txt
 	touch $@
 
 bench-venv: $(BENCH_VENV)/.installed

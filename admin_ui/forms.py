@@ -7,11 +7,28 @@ from typing import Any
 from django import forms
 
 from scheduler_core.domain import payload_search
+from scheduler_core.domain.reasons import REASON_MAX_CHARS, TOO_LONG
 from scheduler_core.domain.states import State
-
-from .queries import HEALTH_FILTERS, PAGE_SIZE_DEFAULT, PAGE_SIZE_MAX, JobFilter
+from scheduler_core.read.jobs import HEALTH_FILTERS, PAGE_SIZE_DEFAULT, PAGE_SIZE_MAX, JobFilter
 
 BIGINT_MAX = 2**63 - 1
+
+
+class ReasonField(forms.CharField):
+    """An operator's reason: at most ``REASON_MAX_CHARS`` characters, refused with a message
+    when longer. The text area carries no ``maxlength``: a browser would cut a pasted reason
+    silently; the form says so instead and keeps what was typed."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("widget", forms.Textarea(attrs={"rows": 3}))
+        kwargs.setdefault("error_messages", {"max_length": TOO_LONG})
+        super().__init__(max_length=REASON_MAX_CHARS, **kwargs)
+
+    def widget_attrs(self, widget: forms.Widget) -> dict[str, Any]:
+        attrs = super().widget_attrs(widget)
+        attrs.pop("maxlength", None)
+        attrs["data-max-chars"] = str(REASON_MAX_CHARS)
+        return attrs
 
 
 def _choices(values: Any) -> list[tuple[str, str]]:
@@ -35,6 +52,7 @@ class JobFilterForm(forms.Form):
     q = forms.CharField(
         max_length=300, required=False, label="Id, unique key or payload", strip=True
     )
+    workflow = forms.IntegerField(min_value=1, max_value=BIGINT_MAX, required=False)
     before = forms.IntegerField(min_value=1, max_value=BIGINT_MAX, required=False)
     limit = forms.IntegerField(required=False)
 
@@ -59,7 +77,12 @@ class JobFilterForm(forms.Form):
         """The filter part of the cleaned data (call after ``is_valid``)."""
         d = self.cleaned_data
         return JobFilter(
-            state=d["state"], health=d["health"], queue=d["queue"], name=d["name"], q=d["q"]
+            state=d["state"],
+            health=d["health"],
+            queue=d["queue"],
+            name=d["name"],
+            q=d["q"],
+            workflow=str(d["workflow"] or ""),
         )
 
 
@@ -88,7 +111,7 @@ class ActionForm(forms.Form):
     version = forms.IntegerField(min_value=0, max_value=2**31 - 1, widget=forms.HiddenInput)
     seen_state = forms.CharField(required=False, max_length=16, widget=forms.HiddenInput)
     """The state the operator read, so a refusal can say what it became."""
-    reason = forms.CharField(max_length=2000, widget=forms.Textarea(attrs={"rows": 3}))
+    reason = ReasonField()
     confirm = forms.BooleanField(
         required=True,
         error_messages={"required": "Tick the box to confirm what this action does."},

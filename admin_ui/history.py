@@ -3,7 +3,8 @@ over the last day, stacked, and the queue wait p50 / p95, drawn as inline SVG on
 (no script), filterable by queue and job type.
 
 The figures are ``MinuteStats`` rows, which ``run_scheduler`` rolls up from the attempts of
-each finished minute (:mod:`scheduler_core.services.history`). Nothing here writes.
+each finished minute (:mod:`scheduler_core.services.history`), read through :mod:`scheduler_core.read.charts`.
+Nothing here writes.
 """
 
 from __future__ import annotations
@@ -12,12 +13,11 @@ import datetime as dt
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db.models import Max, Sum
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
-from scheduler_core.models import MinuteStats
-from scheduler_core.storage.drivers import driver
+from scheduler_core.read import charts as chart_figures
+from scheduler_core.read.jobs import now as db_now
 
 from .htmx import is_history_restore, is_htmx
 from .security import dashboard_view
@@ -212,26 +212,16 @@ def charts(params: Any) -> dict[str, Any]:
     ``params`` (``hq``, ``ht``; empty: all), and the queues and types there are to choose."""
     queue = str(params.get("hq", "") or "")
     name = str(params.get("ht", "") or "")
-    now = driver().now()
+    now = db_now()
     end = now.replace(second=0, microsecond=0) + dt.timedelta(minutes=1)
     day_start = end - dt.timedelta(days=1)
-    # The watermark row (no queue, no type) carries no figures.
-    rows_qs = MinuteStats.objects.filter(minute__gte=day_start).exclude(queue="")
-    known = rows_qs.values_list("queue", "name").distinct()
-    queues = sorted({q for q, _ in known})
-    types = sorted({t for _, t in known})
-    if queue:
-        rows_qs = rows_qs.filter(queue=queue)
-    if name:
-        rows_qs = rows_qs.filter(name=name)
-    # Aggregates may not take a field's own name: summed as t_<field>, then named back.
-    fields = [k for k, _, _ in OUTCOMES] + ["claims"]
-    aggs: dict[str, Any] = {f"t_{k}": Sum(k) for k in fields}
-    aggs.update({f"t_{k}": Max(k) for k, _, _ in WAITS})
-    rows = [
-        {"minute": r["minute"], **{k.removeprefix("t_"): v for k, v in r.items() if k != "minute"}}
-        for r in rows_qs.values("minute").annotate(**aggs).order_by("minute")
-    ]
+    rows, queues, types = chart_figures.minute_figures(
+        since=day_start,
+        queue=queue,
+        name=name,
+        summed=[k for k, _, _ in OUTCOMES] + ["claims"],
+        peaked=[k for k, _, _ in WAITS],
+    )
     # A quarter-hour chart's buckets start on the quarter hour.
     quarter_end = end.replace(minute=end.minute - end.minute % 15) + dt.timedelta(minutes=15)
     drawn = []

@@ -18,10 +18,12 @@ from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
 from django.urls import reverse
 
+from scheduler_core.domain.reasons import REASON_MAX_CHARS
 from scheduler_core.exceptions import ActionConflict, ActionRefused
 from scheduler_core.read.queues import queue_overview
 from scheduler_core.services import queues
 
+from .forms import ReasonField
 from .htmx import is_history_restore, is_htmx
 from .permissions import OPERATE_PERM
 from .security import dashboard_view
@@ -34,11 +36,7 @@ class QueueActionForm(forms.Form):
     """What every queue action carries: the version the operator saw, a reason, a confirmation."""
 
     version = forms.IntegerField(min_value=0, widget=forms.HiddenInput)
-    reason = forms.CharField(
-        max_length=queues.REASON_MAX_CHARS,
-        strip=True,
-        widget=forms.Textarea(attrs={"rows": 3, "required": True}),
-    )
+    reason = ReasonField(widget=forms.Textarea(attrs={"rows": 3, "required": True}))
     confirm = forms.BooleanField(required=True)
 
 
@@ -162,7 +160,7 @@ def queue_confirm(request: HttpRequest, queue: str, key: str) -> HttpResponse:
     action, name = _action(key), _queue_name(queue)
     row = _row(name)
     # A refused stale action sends the operator back here with the reason they typed.
-    reason = request.GET.get("reason", "")[: queues.REASON_MAX_CHARS]
+    reason = request.GET.get("reason", "")[:REASON_MAX_CHARS]
     initial: dict[str, Any] = {"version": row["version"], "reason": reason}
     if action == "limit":
         initial.update(max_leased=row["max_leased"], max_per_second=row["max_per_second"])
@@ -207,7 +205,9 @@ def queue_action(request: HttpRequest, queue: str, key: str) -> HttpResponse:
             back=f"{again}?{urlencode({'reason': d['reason']})}",
         )
     except ActionRefused as e:
-        return _problem(request, status=400, title="Refused", message=str(e))
+        # The form comes back as the operator filled it, their reason kept, with why.
+        form.add_error(None, f"Refused: {e}.")
+        return _confirm(request, action, _row(name), form, 400)
     q = result.queue
     messages.success(
         request,

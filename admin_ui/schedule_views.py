@@ -19,11 +19,15 @@ from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
 
+from scheduler_core.api import registry
 from scheduler_core.exceptions import ActionConflict, ActionRefused
 from scheduler_core.models import AuditEntry, Job, Schedule
+from scheduler_core.read import queues as queue_reads
+from scheduler_core.read import schedules as schedule_reads
+from scheduler_core.read.jobs import now as db_now
 from scheduler_core.services import scheduling
-from scheduler_core.storage.drivers import driver
 
+from .forms import ReasonField
 from .htmx import is_htmx
 from .permissions import OPERATE_PERM
 from .security import dashboard_view
@@ -73,6 +77,10 @@ class ScheduleAction:
         )
         if row.paused:
             text += " The schedule stays paused."
+        jt = registry.get(row.job_name)
+        note = queue_reads.hold_note(jt.queue) if jt is not None else ""
+        if note:
+            text += f" {note}"
         if busy and row.overlap != "skip":
             text += (
                 f" {len(busy)} earlier occurrence(s) have not finished; with overlap=allow both "
@@ -94,7 +102,7 @@ class ScheduleActionForm(forms.Form):
 
     version = forms.IntegerField(min_value=0, max_value=2**31 - 1, widget=forms.HiddenInput)
     seen_paused = forms.CharField(required=False, max_length=5, widget=forms.HiddenInput)
-    reason = forms.CharField(max_length=2000, widget=forms.Textarea(attrs={"rows": 3}))
+    reason = ReasonField()
     confirm = forms.BooleanField(
         required=True,
         error_messages={"required": "Tick the box to confirm what this action does."},
@@ -153,16 +161,6 @@ def _row_context(row: Schedule, last_jobs: dict[int, Job]) -> dict[str, Any]:
     }
 
 
-def _last_jobs(ids: list[int]) -> dict[int, Job]:
-    """Each schedule's newest occurrence job (one indexed lookup per schedule)."""
-    out: dict[int, Job] = {}
-    for pk in ids:
-        j = Job.objects.filter(schedule_id=pk).order_by("-id").first()
-        if j is not None:
-            out[pk] = j
-    return out
-
-
 def _see_other(url: str) -> HttpResponse:
     response = HttpResponseRedirect(url)
     response.status_code = 303
@@ -179,11 +177,11 @@ def _action(key: str) -> ScheduleAction:
 @dashboard_view()
 def schedule_list(request: HttpRequest) -> HttpResponse:
     """Every schedule, code-declared and database, by name."""
-    rows = list(Schedule.objects.order_by("name"))
-    last = _last_jobs([r.pk for r in rows])
+    rows = schedule_reads.schedules()
+    last = schedule_reads.last_jobs([r.pk for r in rows])
     context = {
         "rows": [_row_context(r, last) for r in rows],
-        "now": driver().now(),
+        "now": db_now(),
         "nav": "schedules",
     }
     return render(request, "admin_ui/schedule_list.html", context)
@@ -192,9 +190,8 @@ def schedule_list(request: HttpRequest) -> HttpResponse:
 def changed_facts(row: Schedule, *, seen_version: int, seen_paused: str) -> dict[str, Any]:
     """What changed on a schedule since the operator read it: version and paused state then
     and now, and the newest audit row about it (who, what, when, why)."""
-    last = (
-        AuditEntry.objects.filter(detail__schedule_id=row.pk).order_by("-created_at", "-id").first()
-    )
+    newest = schedule_reads.audit(row.pk, limit=1)
+    last: AuditEntry | None = newest[0] if newest else None
     return {
         "version_before": seen_version,
         "version_now": row.version,
@@ -209,14 +206,8 @@ def changed_facts(row: Schedule, *, seen_version: int, seen_paused: str) -> dict
 def schedule_detail(request: HttpRequest, schedule_id: int) -> HttpResponse:
     """One schedule: timing, policies, next fire times, its occurrence jobs, its audit."""
     row = get_object_or_404(Schedule, pk=schedule_id)
-    jobs = list(
-        Job.objects.filter(schedule_id=row.pk).select_related("spec").order_by("-id")[:JOBS_SHOWN]
-    )
-    audit = list(
-        AuditEntry.objects.filter(detail__schedule_id=row.pk).order_by("-created_at", "-id")[
-            :AUDIT_SHOWN
-        ]
-    )
+    jobs = schedule_reads.occurrence_jobs(row.pk, limit=JOBS_SHOWN)
+    audit = schedule_reads.audit(row.pk, limit=AUDIT_SHOWN)
     can_operate = bool(request.user.has_perm(OPERATE_PERM))
     context = {
         **_row_context(row, {row.pk: jobs[0]} if jobs else {}),

@@ -7,7 +7,7 @@ from django.urls import path
 
 import scheduler_core.views
 
-from . import accounts, history, queue_views, schedule_views, views
+from . import accounts, history, queue_views, schedule_views, views, workflow_views
 
 app_name = "admin_ui"
 urlpatterns = [
@@ -35,6 +35,13 @@ urlpatterns = [
     ),
     path("metrics", scheduler_core.views.metrics_view, name="metrics"),
     path("queues/", queue_views.queue_list, name="queues"),
+    path("workflows/", workflow_views.workflow_list, name="workflow_list"),
+    path("workflows/<int:workflow_id>/", workflow_views.workflow_detail, name="workflow_detail"),
+    path(
+        "workflows/<int:workflow_id>/<slug:action>/",
+        workflow_views.workflow_action,
+        name="workflow_action",
+    ),
     path(
         "queues/<str:queue>/<slug:key>/confirm/",
         queue_views.queue_confirm,

@@ -1,6 +1,6 @@
 """Dashboard views: one per page, plus POST-only endpoints for actions.
 
-Reads go through :mod:`admin_ui.queries`; every change goes through
+Reads go through :mod:`scheduler_core.read.jobs`; every change goes through
 :func:`scheduler_core.services.operator.operator_action` (or its bulk form), which checks state and version
 and writes the audit row in the same transaction. An htmx request renders a named partial of
 the same template.
@@ -18,12 +18,14 @@ from django.urls import reverse
 
 from scheduler_core.conf import tenure_settings
 from scheduler_core.domain import payload_search
+from scheduler_core.domain.states import what_happened
 from scheduler_core.exceptions import ActionConflict, ActionRefused
-from scheduler_core.models import Effect, Job
+from scheduler_core.models import Job
+from scheduler_core.read import jobs as queries
+from scheduler_core.read import queues as queue_reads
 from scheduler_core.services import operator
-from scheduler_core.storage.drivers import driver
 
-from . import actions, history, queries
+from . import actions, history
 from .forms import ActionForm, BulkActionForm, JobFilterForm
 from .htmx import is_history_restore, is_htmx
 from .permissions import OPERATE_PERM
@@ -63,7 +65,12 @@ def _problem(
 
 
 CATEGORIES: list[tuple[str, str, str, str]] = [
-    ("waiting_due", "neutral", "Waiting, due", "Due now, waiting for an executor."),
+    (
+        "waiting_due",
+        "neutral",
+        "Waiting, due",
+        "Due now, held back by nothing: waiting for an executor.",
+    ),
     ("waiting_scheduled", "neutral", "Scheduled", "Waiting for a future run time."),
     ("waiting_backing_off", "warn", "Backing off", "Failed before; next attempt is later."),
     ("running", "info", "Running", "Leased, lease valid, heartbeats fresh."),
@@ -82,6 +89,18 @@ CATEGORIES: list[tuple[str, str, str, str]] = [
     ),
     ("stuck", "warn", "Stuck", "Due, but unclaimed for too long."),
     ("paused", "neutral", "Paused", "Due, in a queue an operator paused: claimed after resume."),
+    (
+        "concurrency_limited",
+        "neutral",
+        "At concurrency limit",
+        "Due, in a queue with as many jobs leased as its limit allows: claimed as they finish.",
+    ),
+    (
+        "rate_limited",
+        "neutral",
+        "Rate-limited",
+        "Due, in a queue whose claims per second are limited: claimed in turn.",
+    ),
     ("indeterminate", "alert", "Indeterminate", "Effect may or may not have happened: needs you."),
     ("failed", "bad", "Failed", "Permanent error or attempts exhausted."),
     ("succeeded_recently", "good", "Succeeded recently", "Finished successfully in the last hour."),
@@ -139,6 +158,13 @@ def job_list(request: HttpRequest) -> HttpResponse:
         else ""
     )
     first_url = f"{base}?{urlencode({**f.params(), 'limit': pg.limit})}"
+    before = form.cleaned_data["before"]
+    # The list refreshes in place (the page's own query); a dialog open pauses it
+    # (dashboard.js), so what the operator confirms does not move under them.
+    polled: dict[str, Any] = {**f.params(), "limit": pg.limit}
+    if before:
+        polled["before"] = before
+    poll_url = f"{base}?{urlencode(polled)}"
     bulk: list[dict[str, Any]] = []
     if _can_operate(request) and f.active:
         for action in ("retry", "cancel"):
@@ -164,6 +190,7 @@ def job_list(request: HttpRequest) -> HttpResponse:
         "known_queues": queries.known_queues(),
         "known_types": queries.known_job_types(),
         "next_url": next_url,
+        "poll_url": poll_url,
         "first_url": first_url if form.cleaned_data["before"] else "",
         "bulk": bulk,
         "nav": "jobs",
@@ -178,6 +205,8 @@ def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
     context = queries.job_record(job)
     context["actions"] = actions.offered(job) if _can_operate(request) else []
     context["cancel_request"] = actions.cancel_request(job)
+    # A waiting job's page says what holds its queue (a pause, limits), if anything.
+    context["queue_note"] = queue_reads.hold_note(job.queue) if job.state == "waiting" else ""
     context["nav"] = "jobs"
     return render(request, "admin_ui/job_detail.html", context)
 
@@ -192,13 +221,13 @@ def _spec(key: str) -> actions.ActionSpec:
 def _confirm_context(job: Job, spec: actions.ActionSpec, form: ActionForm) -> dict[str, Any]:
     """What the confirmation shows: the statement, the effects a fact would be about (each
     with its box), and the earlier owners that may still be in flight."""
-    effects = list(Effect.objects.filter(job=job).order_by("name"))
-    unsettled = driver().unsettled_effects(job.pk)
+    effects = queries.effects_of(job)
+    unsettled = queries.unsettled_effects(job.pk)
     if isinstance(form.data, QueryDict):
         checked = set(form.data.getlist("effects"))
     else:
         checked = set(form.initial.get("effects", []))
-    owners = driver().in_flight_owners(job.pk)
+    owners = queries.in_flight_owners(job.pk)
     fences = [o.fence for o in owners]
     seen = form.seen_fences() if form.is_bound else fences
     owners_changed = form.is_bound and sorted(seen) != sorted(fences)
@@ -225,6 +254,8 @@ def _confirm_context(job: Job, spec: actions.ActionSpec, form: ActionForm) -> di
         # Only a not-applied fact is refused while an owner may be in flight (the store's
         # rule); every other action still shows who that owner is and what it may do.
         "needs_acceptance": bool(owners) and spec.verified == "not_applied",
+        # An action that makes the job due again says what holds its queue, if anything.
+        "queue_note": queue_reads.hold_note(job.queue) if spec.action == "retry" else "",
     }
 
 
@@ -274,7 +305,7 @@ def job_action(request: HttpRequest, job_id: int, key: str) -> HttpResponse:
             return _not_available(request, spec, job)
         # The store would take "none named" as the only effect in question; from this form
         # it means the operator ticked none, so nothing was verified.
-        if spec.settles_effects and not effects and driver().unsettled_effects(job.pk):
+        if spec.settles_effects and not effects and queries.unsettled_effects(job.pk):
             form.add_error("effects", "Tick each effect you verified.")
             return render(
                 request, "admin_ui/confirm.html", _confirm_context(job, spec, form), status=400
@@ -294,10 +325,15 @@ def job_action(request: HttpRequest, job_id: int, key: str) -> HttpResponse:
     except ActionConflict as e:
         return _job_conflict(request, job, spec, form, str(e), back)
     except ActionRefused as e:
-        return _problem(request, status=400, title="Refused", message=str(e), back=back)
+        # The confirmation comes back as the operator filled it, their reason kept, with why.
+        form.add_error(None, f"Refused: {e}.")
+        return render(
+            request, "admin_ui/confirm.html", _confirm_context(job, spec, form), status=400
+        )
+    audit = result.audit
     messages.success(
         request,
-        f"{spec.label}: job {job.pk} {result.audit.state_before} → {result.audit.state_after}.",
+        f"Job {job.pk}: {what_happened(spec.action, audit.state_before, audit.state_after)}.",
     )
     return _see_other(back)
 
@@ -371,8 +407,15 @@ def bulk_confirm(request: HttpRequest, action: str) -> HttpResponse:
     if not filter_form.is_valid() or not filter_form.job_filter().active:
         return _narrow_filter(request, back)
     f = filter_form.job_filter()
-    count = queries.bulk_targets(f, action).count()
+    targets = queries.bulk_targets(f, action)
+    count = targets.count()
+    # A bulk retry makes jobs due again: it names every queue of theirs that a pause or a
+    # limit holds.
+    notes = []
+    if action == "retry" and count:
+        notes = [n for q in queries.queues_of(targets) if (n := queue_reads.hold_note(q))]
     context = {
+        "queue_notes": notes,
         "action": action,
         "label": actions.BULK_LABELS[action],
         "filter": f,

@@ -136,6 +136,12 @@ def write(data: dict[str, Any], out_dir: Path, stem: str) -> Path:
     if data.get("async_systems"):
         _async_section(data, add)
 
+    if data.get("otel_systems"):
+        _otel_section(data, add)
+
+    if data.get("workflow_systems"):
+        _workflows_section(data, add)
+
     # ---- drain, same shape ---------------------------------------------------------------
     if systems and workers:
         _same_section(data, add)
@@ -434,6 +440,176 @@ def _async_section(data: dict[str, Any], add: Callable[[str], None]) -> None:
     add("")
 
 
+OTEL_BEFORE, OTEL_OFF, OTEL_ON = "tenure-before-otel", "tenure", "tenure-otel"
+OTEL_OFF_MOST_COST = 1.02
+"""The most tracing off may cost per job against the revision before tracing existed."""
+
+
+def _otel_round(r: dict[str, Any], shape: str, key: str, field: str) -> float:
+    """The median of one round's drains of ``key`` in ``shape`` in the OpenTelemetry
+    comparison."""
+    return median([_get(x, field) for x in r.get("otel", {}).get(shape, {}).get(key, [])])
+
+
+def _otel_cost(
+    rounds: list[dict[str, Any]], shape: str, field: str, key: str, *, rate: bool
+) -> float:
+    """Median over rounds of ``key``'s cost per job over the revision before tracing: from a
+    rate (``rate``: before / key) or from a per-job figure (key / before)."""
+    out = []
+    for r in rounds:
+        before = _otel_round(r, shape, OTEL_BEFORE, field)
+        this = _otel_round(r, shape, key, field)
+        a, b = (before, this) if rate else (this, before)
+        if b and not math.isnan(a) and not math.isnan(b):
+            out.append(a / b)
+    return median(out)
+
+
+def _otel_section(data: dict[str, Any], add: Callable[[str], None]) -> None:
+    """Tracing before it existed, off and on, on the broker-less executor."""
+    rounds = data["rounds"]
+    prof = data["profile"]
+    add("## OpenTelemetry: what tracing costs a job, off and on")
+    add("")
+    add(
+        "Tenure's broker-less executor drains no-op jobs (`bench.noop`) three ways, in turn, "
+        "twice a round, each on a database of its own: at the last revision before signals and "
+        "spans entered the job path (`bench.systems.BEFORE_OTEL`), with tracing off (the "
+        "`otel` extra installed and no tracer provider set, the default), and on (the SDK's "
+        "tracer provider, a batch span processor and an exporter that drops the spans, "
+        "`bench/otel_on.py`: every enqueue, attempt and effect makes its span, and every "
+        f"job carries its trace context from the enqueue to its attempts). At their best (2 x 8, {_f(prof['best_jobs'])} "
+        f"jobs) and one process running one job at a time ({_f(prof['drain_jobs'])} jobs). A "
+        "round's figure is the median of its two drains; a cost per job is the median of "
+        "per-round ratios against the revision before: from the 10-90 % rate, and from the "
+        "worker processes' CPU time per job over the same window."
+    )
+    add("")
+    add(
+        "| shape | before jobs/s | off jobs/s | on jobs/s | cost per job, off / before | "
+        "on / before | worker CPU ms / job, before | off | on | CPU per job, off / before | "
+        "on / before |"
+    )
+    add("|---|---|---|---|---|---|---|---|---|---|---|")
+    cpu = "worker_cpu_ms_per_job"
+    for shape, name in ((BEST_SHAPE, "at their best (2 x 8)"), (SAME_SHAPE, "1 process x 1")):
+        rates = [
+            median([_otel_round(r, shape, k, "per_second") for r in rounds])
+            for k in (OTEL_BEFORE, OTEL_OFF, OTEL_ON)
+        ]
+        cpus = [
+            median([_otel_round(r, shape, k, cpu) for r in rounds])
+            for k in (OTEL_BEFORE, OTEL_OFF, OTEL_ON)
+        ]
+        add(
+            f"| {name} | {' | '.join(_f(x) for x in rates)} | "
+            f"{_r(_otel_cost(rounds, shape, 'per_second', OTEL_OFF, rate=True))} | "
+            f"{_r(_otel_cost(rounds, shape, 'per_second', OTEL_ON, rate=True))} | "
+            f"{' | '.join(_f(x, 3) for x in cpus)} | "
+            f"{_r(_otel_cost(rounds, shape, cpu, OTEL_OFF, rate=False))} | "
+            f"{_r(_otel_cost(rounds, shape, cpu, OTEL_ON, rate=False))} |"
+        )
+    add("")
+
+
+WORKFLOW_MOST_COST = 1.3
+"""The most a workflow step may cost against an independent job (issue 49, point 9)."""
+
+
+def _flow(r: dict[str, Any], who: str, load: str, field: str) -> float:
+    return _get(r.get("workflows", {}).get(who, {}).get(load, {}), field)
+
+
+def _flow_total(r: dict[str, Any], who: str, load: str) -> float:
+    return _flow(r, who, load, "enqueue_seconds") + _flow(r, who, load, "drain_seconds")
+
+
+def _flow_cost(rounds: list[dict[str, Any]], who: str, what: str) -> float:
+    """Median over rounds of a workflow job's cost over an independent job's, by ``what``:
+    ``drain`` (drain seconds), ``enqueue`` (enqueue seconds), ``both`` (their sum),
+    ``window`` (the 10-90 % rates, independent / workflows)."""
+    out = []
+    for r in rounds:
+        if what == "window":
+            a, b = (
+                _flow(r, who, "independent", "per_second"),
+                _flow(r, who, "workflows", "per_second"),
+            )
+        elif what == "both":
+            a, b = _flow_total(r, who, "workflows"), _flow_total(r, who, "independent")
+        else:
+            a = _flow(r, who, "workflows", f"{what}_seconds")
+            b = _flow(r, who, "independent", f"{what}_seconds")
+        if b and not math.isnan(a) and not math.isnan(b):
+            out.append(a / b)
+    return median(out)
+
+
+def _workflows_section(data: dict[str, Any], add: Callable[[str], None]) -> None:
+    """Workflows against as many independent jobs, Tenure and Celery's canvas."""
+    rounds = data["rounds"]
+    n = data["profile"].get("workflows", 1000)
+    add("## Workflows: what a step costs against an independent job")
+    add("")
+    add(
+        f"{_f(n)} workflows of 14 no-op steps each (a chain of 3, whose last fans out to 10 "
+        f"steps joined by one fan-in: {_f(n * 14)} jobs), against as many independent no-op "
+        "jobs, each load enqueued into an empty system and drained by 2 worker processes x 8 "
+        "started the moment the enqueue returned, in turn in each round (`bench/workflows.py`, "
+        "`bench/peers/celery_canvas.py`). Tenure: one transaction per workflow "
+        "(`workflow(...).enqueue()`), the independent jobs by `enqueue_many` 1,000 a call; "
+        "2 x `manage.py run_executor --concurrency 8`. Celery: "
+        "`chain(a, b, c, chord(group(part x 10), join))` published once per workflow, the "
+        "independent tasks one `apply_async` each; 2 x `celery worker -c 8 "
+        "--prefetch-multiplier 64` (prefork, late acknowledgement, JSON) on Redis as broker "
+        "**and result backend** (database 14: a chord needs a result backend, so Celery's "
+        "figures here include storing every task's result, the independent tasks' too). "
+        "Drain: from the workers' start to the last job done; cost per job: workflow "
+        "seconds over independent seconds, median of per-round ratios."
+    )
+    add("")
+    add(
+        "| system | load | enqueue (s) | drain (s) | jobs/s (drain) | jobs/s (10-90 %) | "
+        "jobs/s (enqueue + drain) | worker CPU ms / job |"
+    )
+    add("|---|---|---|---|---|---|---|---|")
+    for who, name in (("tenure", "Tenure"), ("celery", "Celery canvas")):
+        for load in ("workflows", "independent"):
+            enq = median([_flow(r, who, load, "enqueue_seconds") for r in rounds])
+            drn = median([_flow(r, who, load, "drain_seconds") for r in rounds])
+            tot = median([_flow_total(r, who, load) for r in rounds])
+            jobs = n * 14
+            add(
+                f"| {name} | {load} | {_f(enq, 1)} | {_f(drn, 1)} | {_f(jobs / drn)} | "
+                f"{_f(median([_flow(r, who, load, 'per_second') for r in rounds]))} | "
+                f"{_f(jobs / tot)} | "
+                f"{_f(median([_flow(r, who, load, 'worker_cpu_ms_per_job') for r in rounds]), 2)} |"
+            )
+    add("")
+    add(
+        "| system | cost per job, workflows / independent: drain | 10-90 % | enqueue | "
+        "enqueue + drain |"
+    )
+    add("|---|---|---|---|---|")
+    for who, name in (("tenure", "Tenure"), ("celery", "Celery canvas")):
+        add(
+            f"| {name} | {_r(_flow_cost(rounds, who, 'drain'))} | "
+            f"{_r(_flow_cost(rounds, who, 'window'))} | {_r(_flow_cost(rounds, who, 'enqueue'))} "
+            f"| {_r(_flow_cost(rounds, who, 'both'))} |"
+        )
+    add("")
+    per_round = [
+        _flow_total(r, "tenure", "workflows") / _flow_total(r, "celery", "workflows")
+        for r in rounds
+    ]
+    add(
+        "Tenure's workflows against Celery's canvas, enqueue + drain seconds (Tenure / "
+        f"Celery, median of rounds): {_r(median(per_round))}."
+    )
+    add("")
+
+
 def _same_section(data: dict[str, Any], add: Callable[[str], None]) -> None:
     """Every system in one shape, one job at a time per process: not the headline."""
     rounds: list[dict[str, Any]] = data["rounds"]
@@ -650,6 +826,19 @@ CELERY_NOTE = (
 )
 
 WHY = {
+    "a workflow step costs": (
+        "A workflow's enqueue is a commit of its own (the independent jobs commit 1,000 at a "
+        "time), and in the drain each completion that releases steps carries one more "
+        "statement, waiting on the row of a fan-in its other parents count off, and a wake-up "
+        "transaction after its commit; fewer jobs are due at once, so each commit carries fewer "
+        "completions (docs/workflows.md, Speed)."
+    ),
+    "tracing off costs": (
+        "Off, an attempt asks one module global and the tracer provider's type, and the "
+        "signals' receiver lists; the revision before did none of that. A difference larger "
+        "than a few microseconds of CPU per job is the machine's noise between adjacent "
+        "drains (other work shares its 2 cores): compare the rounds in the JSON."
+    ),
     "an async def no-op costs": (
         "In one process an async def handler costs an attempt about 25-35 us of CPU more than "
         "a plain one (its thread's event loop, a task, the coroutine's supervision); at 2 x 8 "
@@ -710,7 +899,7 @@ WHY = {
         "grace (2 s) and its sweep interval (1 s)."
     ),
     "dashboard overview": (
-        "The overview (`admin_ui/queries.py::overview`, `scheduler_core/read/health.py`) reads "
+        "The overview (`scheduler_core/read/jobs.py::overview`, `scheduler_core/read/health.py`) reads "
         "succeeded and cancelled counts from the snapshot `run_scheduler` refreshes on a "
         "table this big, and counts everything else live in one scan through the state "
         "index: grouped by queue and type, with the health categories as filters of the "
@@ -749,6 +938,33 @@ def _targets(data: dict[str, Any]) -> list[tuple[str, str, bool]]:
                 "(broker-less executor)",
                 f"at their best {_r(costs[0])}, 1 process x 1 {_r(costs[1])}",
                 all(not math.isnan(c) and c <= ASYNC_MOST_COST for c in costs),
+            )
+        )
+    if data.get("workflow_systems"):
+        rounds = data["rounds"]
+        drain = _flow_cost(rounds, "tenure", "drain")
+        both = _flow_cost(rounds, "tenure", "both")
+        for what, cost in (("drain", drain), ("enqueue + drain", both)):
+            out.append(
+                (
+                    f"a workflow step costs <= {WORKFLOW_MOST_COST}x an independent job "
+                    f"({what}; broker-less executor, 2 x 8)",
+                    _r(cost),
+                    not math.isnan(cost) and cost <= WORKFLOW_MOST_COST,
+                )
+            )
+    if data.get("otel_systems"):
+        rounds = data["rounds"]
+        costs = [
+            _otel_cost(rounds, shape, "worker_cpu_ms_per_job", OTEL_OFF, rate=False)
+            for shape in (BEST_SHAPE, SAME_SHAPE)
+        ]
+        out.append(
+            (
+                f"tracing off costs <= {OTEL_OFF_MOST_COST}x the revision before tracing per job "
+                "(worker CPU, broker-less executor)",
+                f"at their best {_r(costs[0])}, 1 process x 1 {_r(costs[1])}",
+                all(not math.isnan(c) and c <= OTEL_OFF_MOST_COST for c in costs),
             )
         )
     return out

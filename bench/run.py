@@ -25,6 +25,7 @@ import os
 import platform
 import shlex
 import shutil
+import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -38,6 +39,7 @@ from . import common, report, workloads
 from .common import BENCH, ROOT, VAR, compile_bytecode, non_default_settings, server_facts
 from .systems import (
     BEST,
+    BEST_CONCURRENCY,
     BEST_PROCESSES,
     SAME,
     SHAPES,
@@ -45,7 +47,9 @@ from .systems import (
     Tenure,
     TenureAsync,
     TenureBefore,
+    TenureBeforeOtel,
     TenureBesideLimited,
+    TenureOtelOn,
     all_systems,
 )
 
@@ -72,6 +76,8 @@ class Profile:
     dashboard_attempts_per_job: int
     dashboard_requests: int
     pgbench_seconds: int
+    workflows: int = 1000
+    """Workflows of the workflow comparison (14 jobs each)."""
 
     def scaled(self, scale: float) -> Profile:
         """The same profile with every job count multiplied by ``scale``."""
@@ -98,6 +104,7 @@ class Profile:
             dashboard_attempts_per_job=self.dashboard_attempts_per_job,
             dashboard_requests=max(3, int(self.dashboard_requests * scale)),
             pgbench_seconds=max(2, int(self.pgbench_seconds * scale)),
+            workflows=n(self.workflows, 20),
         )
 
 
@@ -175,6 +182,8 @@ def run(
     command: str,
     limits: list[System] | None = None,
     coroutines: list[System] | None = None,
+    traced: list[System] | None = None,
+    flows: System | None = None,
 ) -> dict[str, Any]:
     """Install every system, run ``profile.rounds`` rounds, return everything measured.
 
@@ -183,16 +192,19 @@ def run(
     queue-limits comparison (:func:`limits_round`): Tenure at its best, before queue limits
     existed and beside a paused and a limited queue, each also in the same shape for the
     cost per job. ``coroutines`` are those of the async comparison (:func:`async_round`):
-    the plain no-op against the ``async def`` one, in both shapes.
+    the plain no-op against the ``async def`` one, in both shapes. ``traced`` are those of the
+    OpenTelemetry comparison (:func:`otel_round`): before tracing existed, off, and on.
+    ``flows`` is the database of the workflow comparison (:func:`workflows_round`).
     """
     limits = limits or []
     coroutines = coroutines or []
+    traced = traced or []
     started = time.monotonic()
     compile_bytecode()
     facts = server_facts()
     _log(f"server: {facts}")
     installed: set[tuple[str, str | None]] = set()
-    for s in [*systems, *best, *limits, *coroutines]:
+    for s in [*systems, *best, *limits, *coroutines, *traced, *([flows] if flows else [])]:
         # Both shapes of a system share its database unless its settings differ.
         if (s.key, s.db) in installed:
             continue
@@ -225,6 +237,10 @@ def run(
             rec["limits"] = limits_round(profile, limits, first=r == 0, label=f"round {r + 1}")
         if coroutines:
             rec["async"] = async_round(profile, coroutines, label=f"round {r + 1}")
+        if traced:
+            rec["otel"] = otel_round(profile, traced, label=f"round {r + 1}")
+        if flows is not None:
+            rec["workflows"] = workflows_round(profile, flows, label=f"round {r + 1}")
         for s in systems:
             _log(f"round {r + 1}: enqueue {s.key}")
             got = workloads.enqueue(s, profile.enqueue_single, profile.enqueue_bulk)
@@ -281,6 +297,15 @@ def run(
         "best_systems": {s.key: s.label for s in best},
         "limits_systems": {s.key: s.label for s in limits if s.shape == BEST},
         "async_systems": {s.key: s.label for s in coroutines if s.shape == BEST},
+        "otel_systems": {s.key: s.label for s in traced if s.shape == BEST},
+        "workflow_systems": (
+            {
+                "tenure": "Tenure (broker-less), workflows and independent jobs",
+                "celery-canvas": "Celery canvas on Redis, results on Redis",
+            }
+            if flows is not None
+            else {}
+        ),
         "configs": {
             "best": {s.key: s.describe(BEST_PROCESSES) for s in best},
             "same": {
@@ -345,13 +370,15 @@ def async_systems() -> list[System]:
     return out
 
 
-def async_round(profile: Profile, systems: list[System], *, label: str) -> dict[str, Any]:
+def async_round(
+    profile: Profile, systems: list[System], *, label: str, what: str = "async"
+) -> dict[str, Any]:
     """One round of the async comparison: :data:`ASYNC_TURNS` drains of each system in each
     shape, in turn (plain, async, plain, async), so each pair sees the same machine."""
     out: dict[str, Any] = {BEST: {}, SAME: {}}
     for _ in range(ASYNC_TURNS):
         for s in systems:
-            _log(f"{label}: async comparison, {s.key} ({s.shape})")
+            _log(f"{label}: {what} comparison, {s.key} ({s.shape})")
             if s.shape == BEST:
                 res = workloads.drain(
                     s, profile.best_jobs, BEST_PROCESSES, timeout=profile.best_timeout
@@ -359,6 +386,82 @@ def async_round(profile: Profile, systems: list[System], *, label: str) -> dict[
             else:
                 res = workloads.drain(s, profile.drain_jobs, 1, timeout=profile.drain_timeout)
             out[s.shape].setdefault(s.key, []).append(res)
+    return out
+
+
+def otel_systems() -> list[System]:
+    """The OpenTelemetry comparison's systems: Tenure's broker-less executor draining the plain
+    no-op before tracing existed (:data:`bench.systems.BEFORE_OTEL`), with tracing off (the
+    extra installed, no tracer provider set: the default) and on (the SDK's provider), at
+    their best (2 x 8) and one process of one job at a time."""
+    out: list[System] = []
+    for shape in (BEST, SAME):
+        out += [
+            TenureBeforeOtel(shape=shape),
+            Tenure(key="tenure", db="bench_tenure", shape=shape),
+            TenureOtelOn(shape=shape),
+        ]
+    return out
+
+
+def otel_round(profile: Profile, systems: list[System], *, label: str) -> dict[str, Any]:
+    """One round of the OpenTelemetry comparison: :data:`ASYNC_TURNS` drains of each system in
+    each shape, in turn (before, off, on, before, off, on)."""
+    return async_round(profile, systems, label=label, what="OpenTelemetry")
+
+
+WORKFLOW_TIMEOUT = 600.0
+"""The box of one workflow-comparison drain (seconds)."""
+
+
+def workflow_system() -> Tenure:
+    """The database of the workflow comparison, with the workflow job type loaded."""
+    return Tenure(
+        key="tenure-workflows",
+        db="bench_tenure_workflows",
+        shape=BEST,
+        TENURE_JOB_MODULES="bench.workflow_jobs",
+    )
+
+
+def workflows_round(profile: Profile, flows: System, *, label: str) -> dict[str, Any]:
+    """One round of the workflow comparison, in turn: Tenure's workflows, as many independent
+    jobs, Celery's canvas, as many independent Celery tasks (:mod:`bench.workflows`,
+    :mod:`bench.peers.celery_canvas`), each 2 processes x 8 as the drain at their best."""
+    out: dict[str, Any] = {}
+    runs = [
+        ("tenure", "workflows", "bench.workflows", ["--executors", str(BEST_PROCESSES)]),
+        ("tenure", "independent", "bench.workflows", ["--executors", str(BEST_PROCESSES)]),
+        ("celery", "workflows", "bench.peers.celery_canvas", ["--workers", str(BEST_PROCESSES)]),
+        ("celery", "independent", "bench.peers.celery_canvas", ["--workers", str(BEST_PROCESSES)]),
+    ]
+    for who, load, module, extra in runs:
+        _log(f"{label}: workflows comparison, {who} {load} ({profile.workflows} workflows)")
+        cmd = [
+            sys.executable,
+            "-m",
+            module,
+            "--load",
+            load,
+            "--workflows",
+            str(profile.workflows),
+            "--concurrency",
+            str(BEST_CONCURRENCY),
+            "--timeout",
+            str(WORKFLOW_TIMEOUT),
+            *extra,
+        ]
+        got = subprocess.run(
+            cmd,
+            env=flows.env(),
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=WORKFLOW_TIMEOUT * 2,
+        )
+        if got.returncode != 0:
+            raise RuntimeError(f"{who} {load} failed:\n{got.stderr[-3000:]}")
+        out.setdefault(who, {})[load] = json.loads(got.stdout.strip().splitlines()[-1])
     return out
 
 
@@ -433,8 +536,10 @@ def main() -> None:
     )
     parser.add_argument(
         "--only",
-        choices=("async",),
-        help="async: the async comparison alone (plain against async def no-op jobs)",
+        choices=("async", "otel", "workflows"),
+        help="async: the async comparison alone (plain against async def no-op jobs); "
+        "otel: the OpenTelemetry comparison alone (before tracing, off, on); "
+        "workflows: workflows against independent jobs, and Celery's canvas",
     )
     parser.add_argument("--out", default=str(BENCH / "results"))
     args = parser.parse_args()
@@ -463,6 +568,11 @@ def main() -> None:
         coroutines = async_systems() if BEST in shapes else []
         if args.only == "async":
             data = run(profile, [], [], out_dir, cluster, command.strip(), [], coroutines)
+        elif args.only == "workflows":
+            data = run(profile, [], [], out_dir, cluster, command.strip(), flows=workflow_system())
+        elif args.only == "otel":
+            traced = otel_systems() if BEST in shapes else []
+            data = run(profile, [], [], out_dir, cluster, command.strip(), [], [], traced)
         else:
             systems = (
                 [s for k, s in all_systems(SAME).items() if wanted(k)] if SAME in shapes else []

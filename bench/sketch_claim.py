@@ -43,16 +43,17 @@ from .systems import Tenure
 
 
 def _tenure_claim() -> Any:
-    """Tenure's own claim module (:mod:`scheduler_core.storage.postgres`), Django set up first."""
+    """Tenure's own claim statements (:mod:`scheduler_core.storage.pg_statements`), Django set
+    up first."""
     import os
 
     import django
 
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
     django.setup()
-    from scheduler_core.storage import postgres
+    from scheduler_core.storage import pg_statements
 
-    return postgres
+    return pg_statements
 
 
 def _today_sql() -> str:

@@ -301,9 +301,16 @@ class TenureBefore(Tenure):
     """Tenure's broker-less executor at :data:`BEFORE_LIMITS`, run from that revision's
     files (``git archive`` into ``var/bench-before/``), on a database of its own."""
 
-    def __init__(self, shape: str = BEST, rev: str = BEFORE_LIMITS) -> None:
-        super().__init__(key="tenure-before", db="bench_tenure_before", shape=shape)
-        self.label = f"Tenure (broker-less) at {rev}, before queue limits"
+    def __init__(
+        self,
+        shape: str = BEST,
+        rev: str = BEFORE_LIMITS,
+        *,
+        key: str = "tenure-before",
+        before: str = "queue limits",
+    ) -> None:
+        super().__init__(key=key, db="bench_" + key.replace("-", "_"), shape=shape)
+        self.label = f"Tenure (broker-less) at {rev}, before {before}"
         # That revision's example project loads Celery's app and django-rq whatever the
         # transport: its start-up is not this checkout's.
         self.settings = (
@@ -335,6 +342,45 @@ class TenureBefore(Tenure):
     # That revision's schema has no spec table (migration 0012 came after it), nor the table
     # of open attempts (0017).
     tables = Tenure.tables.replace("tenure_job_spec, ", "").replace(", tenure_open_attempt", "")
+
+
+BEFORE_OTEL = "6d0d096"
+"""The last revision before signals and OpenTelemetry spans entered the job path: what "tracing
+off costs nothing" is measured against."""
+
+
+class TenureBeforeOtel(TenureBefore):
+    """Tenure's broker-less executor at :data:`BEFORE_OTEL`, from that revision's files."""
+
+    def __init__(self, shape: str = BEST) -> None:
+        super().__init__(
+            shape=shape, rev=BEFORE_OTEL, key="tenure-before-otel", before="tracing and signals"
+        )
+
+    tables = Tenure.tables
+
+
+class TenureOtelOn(Tenure):
+    """Tenure's broker-less executor with OpenTelemetry on: the SDK's tracer provider set in
+    every process (:mod:`bench.otel_on`), so each enqueue, attempt and effect makes its span
+    and each job carries its trace context, on a database of its own."""
+
+    def __init__(self, shape: str = BEST) -> None:
+        super().__init__(
+            key="tenure-otel",
+            db="bench_tenure_otel",
+            shape=shape,
+            TENURE_JOB_MODULES="bench.tenure_jobs,bench.otel_on",
+        )
+        self.label = "Tenure (broker-less), OpenTelemetry on"
+        self.settings += (
+            "; the OpenTelemetry SDK's tracer provider, a batch span processor and an exporter "
+            "that drops the spans (bench/otel_on.py)"
+        )
+
+    def agent(self, action: str, *args: str) -> list[str]:
+        # The agent enqueues as Tenure's does; its environment loads the provider too.
+        return [PYTHON, "-m", "bench.agent", "tenure", action, *args]
 
 
 class TenureBesideLimited(Tenure):

@@ -31,10 +31,34 @@ DEBUG = os.environ.get("DJANGO_DEBUG", "0") == "1"
 ALLOWED_HOSTS = os.environ.get("DJANGO_ALLOWED_HOSTS", "127.0.0.1,localhost,testserver").split(",")
 
 
+def _several_hosts(url: str) -> tuple[str, str, str]:
+    """A PostgreSQL URL naming several hosts (``postgres://u@h1:5432,h2:5432/db``, libpq's
+    multi-host form, for a primary and its standbys with ``target_session_attrs=read-write``)
+    as the URL with its first host, and every host and port as libpq's comma lists, which
+    dj-database-url cannot parse. Any other URL comes back as it is, with empty lists."""
+    scheme, sep, rest = url.partition("://")
+    netloc = rest.split("/", 1)[0].split("?", 1)[0]
+    user, at, hostlist = netloc.rpartition("@")
+    if not sep or "," not in hostlist or not scheme.startswith("postgres"):
+        return url, "", ""
+    hosts, ports = [], []
+    for part in hostlist.split(","):
+        host, colon, port = part.rpartition(":")
+        if not colon:
+            host, port = part, ""
+        hosts.append(host)
+        ports.append(port or "5432")
+    first = f"{user}{at}{hosts[0]}:{ports[0]}"
+    return url.replace(netloc, first, 1), ",".join(hosts), ",".join(ports)
+
+
 def database_from_url(url: str) -> dict[str, Any]:
     """``DATABASE_URL`` as a Django ``DATABASES`` entry: parsed by dj-database-url (a query
     string's parameters become ``OPTIONS``), with the options Tenure's checks require."""
+    url, hosts, ports = _several_hosts(url)
     entry: dict[str, Any] = dict(dj_database_url.parse(url))
+    if hosts:
+        entry["HOST"], entry["PORT"] = hosts, ports
     options: dict[str, Any] = entry.setdefault("OPTIONS", {})
     if entry["ENGINE"] == "django.db.backends.sqlite3":
         # sqlite:///relative/path (under this checkout) or sqlite:////absolute/path

@@ -16,6 +16,7 @@ schedules, retention, operator actions), then the edges (``transports``, ``manag
 """
 
 from .api.registry import JobType, enqueue, job
+from .api.workflow import workflow
 from .domain.modes import EffectMode
 from .domain.outcomes import Reconciliation
 from .exceptions import (
@@ -45,4 +46,5 @@ __all__ = [
     "UnknownJob",
     "enqueue",
     "job",
+    "workflow",
 ]

@@ -7,7 +7,8 @@ Each ``@task`` function becomes a registered job type named by its module path, 
 it awaits an ``async def`` handler) calls it; each ``.enqueue()`` is a job accepted through the same enqueue
 as ``@job`` (joining the caller's transaction on Tenure's database), claimed, fenced, retried
 and recorded like any other; each result is a read of the job's record and its attempts. A
-task's return value is stored as JSON on its attempt's row. The field-by-field mapping and
+task's return value is kept as every handler's is: JSON, on the row of the attempt whose
+completion was accepted, written by that fenced completion (:mod:`scheduler_core.api.results`). The field-by-field mapping and
 the status of every job state are in ``docs/install.md``.
 """
 
@@ -29,9 +30,8 @@ from .db import alias
 from .domain.classify import Matcher, PayloadMismatch
 from .domain.modes import EffectMode
 from .domain.states import State
-from .exceptions import EnqueueError, Indeterminate, JobCancelled, Permanent
+from .exceptions import EnqueueError, Indeterminate, InvalidResult, JobCancelled, Permanent
 from .runtime.context import JobContext
-from .storage.drivers import driver
 
 if TYPE_CHECKING:
     from django.tasks import Task, TaskContext, TaskResult, TaskResultStatus
@@ -286,6 +286,7 @@ class TenureBackend(BaseTaskBackend):
             run_at=task.run_after,
             priority=task.priority,
             queue=task.queue_name,
+            check_queue=False,  # validate_task checked it against this backend's QUEUES
         )
         fresh = job.attempts == 0 and job.state == State.WAITING
         result = self._result(task, job, [] if fresh else _attempts(job.pk))
@@ -468,43 +469,38 @@ def _bind(
         raise error(f"arguments do not fit task {task.module_path}: {e}") from None
 
 
-def _checked_return_value(value: Any) -> Any:
-    """``value`` as the JSON Tenure stores, or :class:`Permanent` saying why it cannot be."""
+def _as_json(value: Any) -> Any:
+    """``value`` as ``django.tasks`` normalises a result to JSON (tuples to lists, and so on),
+    or :class:`InvalidResult` saying why it cannot be. The size is checked where every
+    handler's value is (:func:`scheduler_core.api.results.checked_result`)."""
     try:
-        normalized = normalize_json(value)
+        return normalize_json(value)
     except (TypeError, ValueError) as e:
-        raise Permanent(
+        raise InvalidResult(
             f"the task returned a {type(value).__name__}, which is not JSON ({e}); a task's "
             "return value is stored as JSON"
         ) from None
-    try:
-        registry.check_json(
-            normalized, what="return value", max_bytes=tenure_settings().MAX_RETURN_VALUE_BYTES
-        )
-    except EnqueueError as e:
-        raise Permanent(f"the task's {e} (TENURE_MAX_RETURN_VALUE_BYTES)") from None
-    return normalized
 
 
-def run_task(ctx: JobContext, *, args: list[Any], kwargs: dict[str, Any]) -> None:
+def run_task(ctx: JobContext, *, args: list[Any], kwargs: dict[str, Any]) -> Any:
     """The handler of every plain task's job type: call the task's function with the enqueued
-    arguments and keep its return value (fenced, on this attempt's row).
+    arguments and return its value as JSON, which the attempt's completion keeps as the job's
+    result (fenced, as for every ``@job`` handler: :mod:`scheduler_core.api.results`).
 
     A return value that is not JSON, or larger than ``TENURE_MAX_RETURN_VALUE_BYTES``, ends
     the job ``failed`` with that reason and no retry: the function has run, and running it
     again would return the same. ``None`` is not written (the result reads ``None`` then).
     """
     task, leading = _prepared(ctx, args, kwargs)
-    _keep(ctx, task.call(*leading, *args, **kwargs))
+    return _as_json(task.call(*leading, *args, **kwargs))
 
 
-async def arun_task(ctx: JobContext, *, args: list[Any], kwargs: dict[str, Any]) -> None:
+async def arun_task(ctx: JobContext, *, args: list[Any], kwargs: dict[str, Any]) -> Any:
     """:func:`run_task` for an ``async def`` task: its coroutine is awaited in the attempt's
     coroutine, so it is cancelled with it (a lost lease, the maximum runtime) and its database
     work runs on the attempt's own connection (:mod:`scheduler_core.runtime.invoke`)."""
     task, leading = await sync_to_async(_prepared)(ctx, args, kwargs)
-    value = await task.acall(*leading, *args, **kwargs)
-    await sync_to_async(_keep)(ctx, value)
+    return _as_json(await task.acall(*leading, *args, **kwargs))
 
 
 def _prepared(
@@ -524,9 +520,3 @@ def _prepared(
         raise PayloadMismatch("a task's payload holds a list 'args' and an object 'kwargs'")
     _bind(task, list(args), dict(kwargs), error=PayloadMismatch)
     return task, leading
-
-
-def _keep(ctx: JobContext, value: Any) -> None:
-    """Write a task's return value on the attempt's row (fenced); ``None`` is not written."""
-    if value is not None:
-        driver().record_return_value(ctx.lease, _checked_return_value(value))

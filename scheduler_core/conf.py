@@ -41,8 +41,9 @@ class TenureSettings:
     """A bearer token that may read ``/metrics`` (``Authorization: Bearer <token>``), for a
     Prometheus scraper. Empty: only logged-in users with ``scheduler_core.view_job`` may."""
     MAX_RETURN_VALUE_BYTES: int = 64 * 1024
-    """The largest return value a ``django.tasks`` task may store (as JSON); a larger one
-    ends the task failed (:mod:`scheduler_core.backends`)."""
+    """The largest return value a job's handler (``@job`` or a ``django.tasks`` task) may have
+    kept as its result, as JSON in bytes; a larger one fails the attempt with
+    :class:`~scheduler_core.exceptions.InvalidResult` (:mod:`scheduler_core.api.results`)."""
     DEFAULT_QUEUE: str = "default"
     """The queue of a job type that names none (``@job(queue=...)``)."""
     DEFAULT_LEASE_SECONDS: int = 30
@@ -202,6 +203,10 @@ class TenureSettings:
     was first recorded with."""
     JOB_MODULES: tuple[str, ...] = ()
     """Extra modules defining jobs, imported at start-up besides every app's ``jobs.py``."""
+    OTEL: bool = True
+    """Make OpenTelemetry spans for enqueues, attempts and effects once the application has set
+    a tracer provider (with the ``tenure[otel]`` extra installed; ``docs/reference/tracing.md``).
+    False: none, and no trace context is stored with new jobs."""
 
 
 def _from_env(raw: str, default: Any) -> Any:

@@ -20,6 +20,12 @@ class Permanent(JobError):
     """The work cannot succeed by retrying: end the job ``failed`` after this attempt."""
 
 
+class InvalidResult(Permanent):
+    """A handler returned a value Tenure cannot keep as its job's result: not JSON, or larger
+    than ``TENURE_MAX_RETURN_VALUE_BYTES``. The attempt fails (permanently: the handler has
+    run, and running it again would return the same); nothing of the value is stored."""
+
+
 class Indeterminate(JobError):
     """The effect may or may not have happened (a timeout after the request was sent).
 

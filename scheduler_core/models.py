@@ -75,6 +75,21 @@ class JobQuerySet(models.QuerySet["Job"]):
     def unfinished(self) -> JobQuerySet:
         return self.in_states([State.WAITING, State.LEASED, State.INDETERMINATE])
 
+    def results(self) -> dict[int, Any]:
+        """The result of each succeeded job of this queryset, by job id: the JSON value its
+        handler returned in the attempt whose completion was accepted (``None`` when it
+        returned ``None``, and for a job an operator resolved). Jobs not succeeded are left
+        out. One query."""
+        won = Attempt.objects.using(self.db).filter(
+            job_id=models.OuterRef("pk"), outcome="succeeded"
+        )
+        rows = (
+            self.filter(state=State.SUCCEEDED)
+            .annotate(kept=models.Subquery(won.values("return_value")[:1]))
+            .values_list("pk", "kept")
+        )
+        return dict(rows)
+
     def create(self, **kwargs: Any) -> Job:
         """Refused: see :meth:`Job.save`."""
         raise WriteRefused(REFUSED_WRITE.format(how="Job.objects.create()"))
@@ -116,6 +131,12 @@ class Job(models.Model):
     lease_expires_at = models.DateTimeField(null=True, blank=True)
     heartbeat_at = models.DateTimeField(null=True, blank=True)
     attempts = models.IntegerField(default=0, help_text="Attempts spent (claims, less snoozes).")
+    attempt_base = models.IntegerField(
+        default=0,
+        db_default=0,
+        help_text="Added to attempts to number an attempt; raised by the first claim after a "
+        "failover that may have lost claims of this job (docs/architecture.md).",
+    )
     max_attempts = models.IntegerField(
         default=5, help_text="Attempt budget; an operator's retry raises it."
     )
@@ -191,8 +212,8 @@ class Job(models.Model):
             # claim and a completion each leave a version of them behind, which would cost
             # these indexes three entries a job, and while a snapshot is held those entries
             # stay; a plan that read the state='waiting' entries of one of these indexes
-            # instead of the claim index's (the planner costed the two within 1 % of each
-            # other) walked every such entry on every claim (docs/operations.md, "A long
+            # instead of the claim index's (the planner costed the two almost alike) walked
+            # every such entry on every claim (docs/operations.md, "A long
             # transaction"). On SQLite, which keeps no old versions and could not use these
             # predicates, they index every row (migration 0010).
             models.Index(
@@ -259,6 +280,14 @@ class Job(models.Model):
             return None
 
     @property
+    def result(self) -> Any:
+        """The job's result, read now: the JSON value its handler returned in the attempt
+        whose completion was accepted; ``None`` while the job has not succeeded, when the
+        handler returned ``None``, and for a job an operator resolved. Stored by the fenced
+        completion (:mod:`scheduler_core.api.results`), deleted with the job by retention."""
+        return Job.objects.using(self._state.db).filter(pk=self.pk).results().get(self.pk)
+
+    @property
     def has_spec(self) -> bool:
         """False for a job row written outside Tenure without its spec row (SQL by hand): no
         claim takes it, the verdict calls it stuck, and the dashboard shows it so that an
@@ -315,6 +344,18 @@ class JobSpec(models.Model):
         help_text="Maximum runtime of one attempt; past it the attempt may not renew its lease, "
         "complete or start an effect.",
     )
+    trace_context = models.JSONField(
+        null=True,
+        blank=True,
+        help_text="The trace context of the enqueue (W3C traceparent and tracestate) its "
+        "attempts' spans descend from; empty while tracing is off (scheduler_core.tracing).",
+    )
+    workflow_id = models.BigIntegerField(
+        null=True,
+        blank=True,
+        help_text="The workflow this job is a step of (None: an ordinary job). A claim returns "
+        "it, so an attempt knows whether its end moves other steps.",
+    )
 
     objects = TenureManager()
 
@@ -323,6 +364,107 @@ class JobSpec(models.Model):
 
     def __str__(self) -> str:
         return f"spec of job {self.pk} ({self.effect})"
+
+
+class Workflow(models.Model):
+    """A set of jobs (its steps) that run in an order of dependence: a step is claimable only
+    once every step it comes after has succeeded (:class:`WorkflowStep`, :class:`WorkflowEdge`).
+    Written once by its enqueue; the steps' own rows say how far it got."""
+
+    CANCEL = "cancel"
+    CONTINUE = "continue"
+    ON_FAILURE = [(CANCEL, CANCEL), (CONTINUE, CONTINUE)]
+
+    name = models.CharField(max_length=200)
+    unique_key = models.CharField(
+        max_length=300,
+        null=True,
+        blank=True,
+        help_text="At most one workflow holds a key (a unique index of the keys set).",
+    )
+    on_failure = models.CharField(
+        max_length=10,
+        choices=ON_FAILURE,
+        default=CANCEL,
+        help_text="When a step fails: cancel every step not yet run (cancel), or only its "
+        "dependents (continue).",
+    )
+    created_at = models.DateTimeField()
+
+    objects = TenureManager()
+
+    class Meta:
+        db_table = "tenure_workflow"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["unique_key"],
+                name="tenure_workflow_unique_key",
+                condition=Q(unique_key__isnull=False),
+            )
+        ]
+        indexes = [models.Index(fields=["-created_at"], name="tenure_workflow_created")]
+
+    def __str__(self) -> str:
+        return f"workflow {self.pk} {self.name}"
+
+
+class WorkflowStep(models.Model):
+    """One job's place in its workflow: its step name and how many of its parents have not yet
+    succeeded (``pending``). While ``pending`` is above zero the job waits unclaimable (its
+    ``run_at`` is :data:`~scheduler_core.domain.workflows.BLOCKED_AT`); the fenced completion
+    of its last parent makes it due, in the same transaction."""
+
+    job = models.OneToOneField(
+        Job,
+        primary_key=True,
+        on_delete=models.CASCADE,
+        related_name="step",
+        db_constraint=False,
+    )
+    workflow = models.ForeignKey(
+        Workflow, on_delete=models.CASCADE, related_name="steps", db_constraint=False
+    )
+    name = models.CharField(max_length=200)
+    pending = models.IntegerField(default=0, help_text="Parents that have not succeeded.")
+    cancelled_by = models.BigIntegerField(
+        null=True,
+        blank=True,
+        help_text="The step whose failure or cancel ended this one cancelled (an operator's "
+        "retry of that step makes this one wait again).",
+    )
+
+    objects = TenureManager()
+
+    class Meta:
+        db_table = "tenure_workflow_step"
+        constraints = [
+            models.UniqueConstraint(fields=["workflow", "name"], name="tenure_workflow_step_name")
+        ]
+
+    def __str__(self) -> str:
+        return f"step {self.name} (job {self.job_id}) of workflow {self.workflow_id}"
+
+
+class WorkflowEdge(models.Model):
+    """``child`` runs only after ``parent`` succeeded (both jobs of one workflow)."""
+
+    workflow_id = models.BigIntegerField()
+    parent_id = models.BigIntegerField()
+    child_id = models.BigIntegerField()
+
+    objects = TenureManager()
+
+    class Meta:
+        db_table = "tenure_workflow_edge"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["parent_id", "child_id"], name="tenure_workflow_edge_pair"
+            )
+        ]
+        indexes = [models.Index(fields=["child_id"], name="tenure_workflow_edge_child")]
+
+    def __str__(self) -> str:
+        return f"job {self.child_id} after job {self.parent_id}"
 
 
 class Attempt(models.Model):
@@ -355,6 +497,7 @@ class Attempt(models.Model):
     error_type = models.CharField(max_length=200, blank=True, default="")
     message = models.TextField(blank=True, default="")
     traceback = models.TextField(blank=True, default="")
+    # Every handler's return value, not only a task's (the help text is migration 0006's).
     return_value = models.JSONField(
         null=True,
         blank=True,
@@ -576,6 +719,25 @@ class Executor(models.Model):
 
     def __str__(self) -> str:
         return self.id
+
+
+class StoreTimeline(models.Model):
+    """A timeline of the PostgreSQL cluster behind the store, with when Tenure first wrote on
+    it: recorded by the migration that added it and by every ``run_scheduler`` round, so a
+    promotion (a new timeline) is dated to within a round. Fences handed out on timeline ``t``
+    are at least ``(t - 1) << 32`` (docs/architecture.md, "Fences across a failover"). SQLite
+    has no timelines and no rows."""
+
+    timeline = models.BigIntegerField(primary_key=True)
+    first_seen_at = models.DateTimeField()
+
+    objects = TenureManager()
+
+    class Meta:
+        db_table = "tenure_timeline"
+
+    def __str__(self) -> str:
+        return f"timeline {self.timeline} since {self.first_seen_at:%Y-%m-%d %H:%M:%S}"
 
 
 class StaleWrite(models.Model):

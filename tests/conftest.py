@@ -39,11 +39,25 @@ def _tenure_test_settings(settings: Any) -> None:
     with no claim floors and no reaper walk: the database it left them for was emptied."""
 
     settings.TENURE_TRANSPORT = "polling"
+    # A password hash that costs nothing: the default one is slow on purpose, and the console's
+    # tests make a user each (logins through the real form still check the password).
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
     settings.TENURE_REAP_GRACE_SECONDS = 0.0
     settings.TENURE_POLL_INTERVAL = 0.05
     floors.forget()
     reaper.WALK.forget()
     hints.CONSUMERS.forget()
+
+
+@pytest.fixture(autouse=True)
+def _no_executor_connection_settings_left() -> Iterator[None]:
+    """A test that set this process up as an executor (a transport's worker start-up calls
+    ``limit_idle_transactions``) leaves its receiver connected: every later connection, the
+    next tests' own included, would get the executor's short idle limit. Undone after each."""
+    from django.db.backends.signals import connection_created
+
+    yield
+    connection_created.disconnect(dispatch_uid="tenure.executor.idle_tx")
 
 
 def broker_consumer(transport: str = "celery", queues: tuple[str, ...] = ("*",)) -> str:

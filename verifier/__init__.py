@@ -4,7 +4,7 @@
 temporary folder, the demo destinations, several executors and schedulers, a TCP proxy
 between each executor and the database — runs a mixed workload of every effect mode while a
 seeded nemesis injects faults, heals everything, lets the work drain, and then checks the
-invariants of ``docs/reliability.md`` (I1-I13) against the database, the executors' event
+invariants of ``docs/reliability.md`` (I1-I17) against the database, the executors' event
 logs and the destinations' own records.
 
 Modules, bottom to top: :mod:`.plan` (the run's parameters), :mod:`.cluster` (the database),

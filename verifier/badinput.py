@@ -85,6 +85,10 @@ def api_cases() -> list[tuple[str, Callable[[], Any]]]:
         ("naive run_at", enq({"n": 1}, run_at=dt.datetime(2030, 1, 1))),
         ("run_at as a string", enq({"n": 1}, run_at="tomorrow")),
         ("priority 10**9", enq({"n": 1}, priority=10**9)),
+        ("queue no job type routes to", enq({"n": 1}, queue="no-such-queue")),
+        ("run_at and delay together", enq({"n": 1}, run_at=dt.datetime.now(dt.UTC), delay=5)),
+        ("negative delay", enq({"n": 1}, delay=-60)),
+        ("delay as a string", enq({"n": 1}, delay="soon")),
         ("unique_key of 10 000 characters", enq({"n": 1}, unique_key="k" * 10_000)),
         ("unique_key with NUL", enq({"n": 1}, unique_key="a\x00b")),
     ]

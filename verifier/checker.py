@@ -20,7 +20,11 @@ from scheduler_core.services.maintenance import BACKOFF_CAP_SECONDS
 from .evidence import (
     ASYNC_SUFFIX,
     BROKER_SUFFIX,
+    EFFECTS_OF_TYPE,
     FALLBACK_TYPE,
+    MULTI_TYPE,
+    PATH_TYPES,
+    STUBBORN_TYPE,
     UNTIMED_TYPE,
     AttemptRow,
     Evidence,
@@ -68,6 +72,10 @@ TITLES = {
     "I11": "operator actions authorised, CSRF-checked, version-checked, audited",
     "I12": "no busy loop during outages",
     "I13": "no job's effect applied at two destinations (fallback without the primary's key)",
+    "I14": "no terminal failed job with an unknown/intended/applied effect",
+    "I15": "every effect of a succeeded job applied exactly once at its destination",
+    "I16": "an unanswered cancel request ends its job cancelled, never retried or failed",
+    "I17": "no workflow step runs before all its parents succeeded; every workflow ends",
 }
 
 
@@ -113,10 +121,15 @@ def jobs_section(ev: Evidence) -> tuple[dict[str, Any], dict[str, Any], dict[str
     lost = sorted(acked - by_key.keys())
     unknown_committed = sorted(k for k in unknown if k in by_key)
     unexpected = sorted(by_key[k].id for k in by_key.keys() - acked - unknown)
+    # A repeat whose connection failed was answered with nothing: only an acknowledged one
+    # can name another job.
     repeat_mismatch = [
         e["key"]
         for e in ev.enqueues
-        if e.get("repeat") and by_key.get(e["key"]) and e.get("job") != by_key[e["key"]].id
+        if e.get("repeat")
+        and e.get("status") == "ack"
+        and by_key.get(e["key"])
+        and e.get("job") != by_key[e["key"]].id
     ]
     # Completions an executor saw commit must still be in the database.
     db_done = {
@@ -563,6 +576,138 @@ def fallback_section(ev: Evidence) -> tuple[dict[str, Any], dict[str, Any]]:
 
 
 # ---------------------------------------------------------------------------------------------
+# How jobs end (I14), every effect of a succeeded job (I15), unanswered cancels (I16)
+# ---------------------------------------------------------------------------------------------
+
+MAY_HAVE_HAPPENED = frozenset({"intended", "unknown", "applied"})
+"""Ledger states that say an effect may have happened, or did: ``failed`` would deny it."""
+
+
+def end_paths_section(
+    ev: Evidence,
+) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """The jobs that walk the end paths by state; verdicts I14, I15 and I16.
+
+    I14: no job ends ``failed`` while its ledger holds an effect intended, unknown or applied,
+    nor while a destination holds one of its effects (nor ``cancelled`` with one intended or
+    unknown). I15: every effect of a ``succeeded`` job's type is applied at its destination,
+    exactly once (at least once for ``at_least_once``), the second effect of ``chaos.multi``
+    (its receipt) included. I16: a job whose running attempt an operator asked to stop (the
+    audited ``cancel_running``) ends ``cancelled``, and no attempt of it is claimed after the
+    request.
+    """
+    failed_ledger: list[int] = []
+    failed_truth: list[int] = []
+    cancelled_unknown: list[int] = []
+    missing: list[int] = []
+    doubled: list[int] = []
+    missing_by_effect: Counter[str] = Counter()
+    succeeded_checked = 0
+    for job in ev.jobs.values():
+        rows = ev.effects.get(job.id, [])
+        if job.state == "failed":
+            if any(r.state in MAY_HAVE_HAPPENED or r.in_doubt for r in rows):
+                failed_ledger.append(job.id)
+            if any(ev.applied.get(r.key, 0) for r in rows):
+                failed_truth.append(job.id)
+        if job.state == "cancelled" and any(r.state in ("intended", "unknown") for r in rows):
+            cancelled_unknown.append(job.id)
+        names = EFFECTS_OF_TYPE.get(job.base_type, ())
+        if job.state != "succeeded" or not names:
+            continue
+        succeeded_checked += 1
+        for name in names:
+            n = sum(ev.applied.get(k, 0) for k in job.effect_keys.get(name, ()))
+            if n == 0:
+                missing.append(job.id)
+                missing_by_effect[f"{job.base_type}:{name}"] += 1
+            elif n > 1 and job.mode != "at_least_once":
+                doubled.append(job.id)
+    paths = {
+        t: dict(Counter(j.state for j in ev.jobs.values() if j.base_type == t)) for t in PATH_TYPES
+    }
+    reasons: dict[str, dict[str, int]] = {}
+    for t in PATH_TYPES:
+        c: Counter[str] = Counter(
+            j.reason.split(";", 1)[0].split(":", 1)[0][:50]
+            for j in ev.jobs.values()
+            if j.base_type == t and j.state in ("failed", "indeterminate", "cancelled")
+        )
+        reasons[t] = dict(c.most_common(5))
+    multi = [j for j in ev.jobs.values() if j.base_type == MULTI_TYPE]
+    receipts = sum(
+        1
+        for j in multi
+        if j.state == "succeeded"
+        and sum(ev.applied.get(k, 0) for k in j.effect_keys.get("receipt", ())) == 1
+    )
+    requests: dict[int, float] = {}
+    for job_id, audits in ev.audits.items():
+        for au in audits:
+            if au.action == "cancel_running" and job_id in ev.jobs:
+                requests.setdefault(job_id, au.created)
+    not_cancelled: list[int] = []
+    ran_after: list[int] = []
+    cancel_ends: Counter[str] = Counter()
+    for job_id, at in requests.items():
+        job = ev.jobs[job_id]
+        rows_a = ev.attempts_of(job_id)
+        last = rows_a[-1].outcome if rows_a else ""
+        cancel_ends[f"{job.state} ({last or 'no attempt'})"] += 1
+        if job.state != "cancelled":
+            not_cancelled.append(job_id)
+        if any(a.claimed > at for a in rows_a):
+            ran_after.append(job_id)
+    stubborn = [j for j in ev.jobs.values() if j.base_type == STUBBORN_TYPE]
+    section: dict[str, Any] = {
+        "by_type": paths,
+        "reasons": reasons,
+        "failed_with_effect_in_ledger": sorted(failed_ledger),
+        "failed_with_effect_at_destination": sorted(failed_truth),
+        "cancelled_with_unknown_effect": sorted(cancelled_unknown),
+        "succeeded_checked": succeeded_checked,
+        "succeeded_missing_an_effect": sorted(missing),
+        "missing_by_effect": dict(missing_by_effect),
+        "succeeded_effect_doubled": sorted(doubled),
+        "multi_jobs": len(multi),
+        "multi_lost": dict(Counter(str(j.payload.get("lost") or "none") for j in multi)),
+        "multi_succeeded_with_receipt": receipts,
+        "cancel_requests": len(requests),
+        "cancel_requests_of_stubborn_jobs": sum(1 for j in stubborn if j.id in requests),
+        "cancel_ends": dict(cancel_ends),
+        "cancel_not_cancelled": sorted(not_cancelled),
+        "cancel_ran_after_request": sorted(ran_after),
+    }
+    failed = sum(1 for j in ev.jobs.values() if j.state == "failed")
+    i14 = _verdict(
+        not failed_ledger and not failed_truth and not cancelled_unknown,
+        f"{failed} failed jobs: {len(failed_ledger)} with an effect intended, unknown or applied "
+        f"in the ledger, {len(failed_truth)} with an effect at a destination; "
+        f"{len(cancelled_unknown)} cancelled with an effect of unknown outcome; end paths: "
+        + "; ".join(f"{t} {_kv(c)}" for t, c in paths.items()),
+        [*failed_ledger, *failed_truth, *cancelled_unknown],
+    )
+    i15 = _verdict(
+        not missing and not doubled,
+        f"{succeeded_checked} succeeded jobs checked effect by effect: {len(missing)} missing an "
+        f"effect ({_kv(missing_by_effect)}), {len(doubled)} with one applied twice; "
+        f"{MULTI_TYPE}: {len(multi)} jobs, {receipts} succeeded with charge and receipt once each",
+        [*missing, *doubled],
+    )
+    if not requests:
+        i16 = _verdict(None, "no running job was asked to stop in this run")
+    else:
+        i16 = _verdict(
+            not not_cancelled and not ran_after,
+            f"{len(requests)} cancel requests on running jobs: ended {_kv(cancel_ends)}; "
+            f"{len(not_cancelled)} not cancelled, {len(ran_after)} claimed again after the "
+            "request",
+            [*not_cancelled, *ran_after],
+        )
+    return section, i14, i15, i16
+
+
+# ---------------------------------------------------------------------------------------------
 # Attempts, recovery (I8), classification (I9), busy loops (I12)
 # ---------------------------------------------------------------------------------------------
 
@@ -660,7 +805,10 @@ def recovery_section(ev: Evidence) -> tuple[dict[str, Any], dict[str, Any]]:
     for h in hung_by_timeout.values():
         h["timeout_s"] = dict(h["timeout_s"])
         h["first_attempt"] = dict(h["first_attempt"])
-    unfinished = sorted(j.id for j in ev.jobs.values() if j.state in ("waiting", "leased"))
+    held = held_behind_unknown(ev)
+    unfinished = sorted(
+        j.id for j in ev.jobs.values() if j.state in ("waiting", "leased") and j.id not in held
+    )
     terms = [f for f in ev.faults if f["kind"] == "term" and "exit_after" in f]
     section: dict[str, Any] = {
         "reaped": len(times) + len(after_return),
@@ -705,7 +853,7 @@ def recovery_section(ev: Evidence) -> tuple[dict[str, Any], dict[str, Any]]:
         f"{section['after_db_return_bound_s']}s); {len(set(over))} over; "
         f"{len(false_rescues)} false rescues; {len(hung)} hung first attempts ended "
         f"{_kv(hung_ends)} ({_hung_summary(hung_by_timeout)}); {len(unfinished)} jobs not "
-        "drained",
+        f"drained ({len(held)} workflow steps held behind an unknown outcome: I17)",
         [*over, *unfinished, *false_rescues, *hung_completed, *hung_not_rescued],
     )
 
@@ -876,7 +1024,12 @@ def classification_section(ev: Evidence) -> tuple[dict[str, Any], dict[str, Any]
                 if a.error_class != expected:
                     wrong.append(job_id)
     for job in ev.jobs.values():
-        if job.payload.get("permanent") and job.state not in ("failed",):
+        # A job planned to fail for good must end failed once it has run: a workflow step
+        # called off before it ran (``cancelled``, naming the step that failed) or still held
+        # behind a parent never met its planned failure and is not judged here.
+        if not job.payload.get("permanent") or job.state == "failed":
+            continue
+        if ev.attempts_of(job.id):
             wrong.append(job.id)
     section = {"planned": dict(planned), "by_error_type": dict(table.most_common(20))}
     return section, _verdict(
@@ -969,6 +1122,76 @@ def terminal_section(ev: Evidence) -> dict[str, Any]:
     }
 
 
+def held_behind_unknown(ev: Evidence) -> set[int]:
+    """Workflow steps waiting behind a parent whose outcome is unknown (``indeterminate``): the
+    hold is the workflow's rule (no dependent runs until an operator settles that parent), not
+    work left behind by the fleet."""
+    parents_of: dict[int, list[int]] = {}
+    for parent, child in ev.edges:
+        parents_of.setdefault(child, []).append(parent)
+    return {
+        job_id
+        for job_id, parents in parents_of.items()
+        if job_id in ev.jobs
+        and ev.jobs[job_id].state == "waiting"
+        and any(p in ev.jobs and ev.jobs[p].state == "indeterminate" for p in parents)
+    }
+
+
+def workflows_section(ev: Evidence) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Workflow steps: each step's first attempt was claimed after every parent's accepted
+    completion (or its audited resolve), so none ran before its parents succeeded and no
+    dependent of a failed, cancelled or indeterminate step ran; and every workflow ended (no
+    step left waiting or leased), but for steps held behind a parent left ``indeterminate``
+    (counted apart: they wait for an operator, as the workflow's rule says)."""
+    if not ev.workflow_of:
+        return {}, _verdict(None, "no workflow in this run")
+    done_at: dict[int, float] = {}
+    for job_id in ev.workflow_of:
+        ends = [a.finished for a in ev.attempts_of(job_id) if a.outcome in COMPLETIONS]
+        resolves = [au.created for au in ev.audits.get(job_id, []) if au.action == "resolve"]
+        when = [t for t in [*ends, *resolves] if t is not None]
+        if when:
+            done_at[job_id] = min(when)
+    early: list[int] = []
+    for parent, child in ev.edges:
+        rows = ev.attempts_of(child)
+        if not rows:
+            continue
+        first = min(a.claimed for a in rows)
+        p = ev.jobs.get(parent)
+        if p is None or p.state != "succeeded" or parent not in done_at or first < done_at[parent]:
+            early.append(child)
+    open_steps = [
+        j for j in ev.workflow_of if j in ev.jobs and ev.jobs[j].state in ("waiting", "leased")
+    ]
+    held = held_behind_unknown(ev)
+    held_steps = sorted(j for j in open_steps if j in held)
+    unended = sorted({ev.workflow_of[j] for j in open_steps if j not in held})
+    states = Counter(ev.jobs[j].state for j in ev.workflow_of if j in ev.jobs)
+    upstream = sum(
+        1 for j in ev.workflow_of if j in ev.jobs and ev.jobs[j].reason.startswith("upstream ")
+    )
+    section = {
+        "workflows": len(set(ev.workflow_of.values())),
+        "steps": len(ev.workflow_of),
+        "edges": len(ev.edges),
+        "step_states": dict(states),
+        "called_off_upstream": upstream,
+        "ran_before_parents": sorted(set(early)),
+        "not_ended": unended,
+        "held_behind_unknown": held_steps,
+    }
+    return section, _verdict(
+        not early and not unended,
+        f"{section['workflows']} workflows, {len(ev.workflow_of)} steps, {len(ev.edges)} "
+        f"edges: {len(set(early))} steps ran before a parent succeeded, {len(unended)} "
+        f"workflows not ended, {len(held_steps)} steps held behind a parent left "
+        f"indeterminate, {upstream} steps called off upstream",
+        [*early, *unended],
+    )
+
+
 def analyse(ev: Evidence) -> dict[str, Any]:
     """Every section's figures and every invariant's verdict (pure)."""
     jobs, i1, i2 = jobs_section(ev)
@@ -989,6 +1212,8 @@ def analyse(ev: Evidence) -> dict[str, Any]:
     sweep, i10, i11 = sweep_verdicts(ev)
     busy, i12 = busy_section(ev)
     fallback, i13 = fallback_section(ev)
+    paths, i14, i15, i16 = end_paths_section(ev)
+    workflows, i17 = workflows_section(ev)
     verdicts = {
         "I1": i1,
         "I2": i2,
@@ -1003,6 +1228,10 @@ def analyse(ev: Evidence) -> dict[str, Any]:
         "I11": i11,
         "I12": i12,
         "I13": i13,
+        "I14": i14,
+        "I15": i15,
+        "I16": i16,
+        "I17": i17,
     }
     for k, v in verdicts.items():
         v["title"] = TITLES[k]
@@ -1034,6 +1263,8 @@ def analyse(ev: Evidence) -> dict[str, Any]:
         "classification": classification,
         "busy_loop": busy,
         "fallback": fallback,
+        "end_paths": paths,
+        "workflows": workflows,
         "async": async_section(ev),
         "bad_input": sweep,
         "verdicts": verdicts,

@@ -44,13 +44,28 @@ EFFECT_OF_TYPE: dict[str, str] = {
     "chaos.at_most_once": "email",
     "chaos.fallback": "charge",
     "chaos.untimed": "charge",
+    "chaos.multi": "charge",
+    "chaos.snooze": "charge",
+    "chaos.overrun": "charge",
     "demo.ledger_credit": "credit",
     "demo.charge": "charge",
     "demo.charge_reconcilable": "transfer",
     "demo.email": "email",
     "demo.email_at_most_once": "email",
 }
-"""Job type -> the name of the one effect it makes."""
+"""Job type -> the name of its (first) effect; ``chaos.stubborn`` makes none."""
+MULTI_TYPE = "chaos.multi"
+"""The reconcilable job type with two effects (a charge, then its receipt)."""
+SNOOZE_TYPE = "chaos.snooze"
+OVERRUN_TYPE = "chaos.overrun"
+STUBBORN_TYPE = "chaos.stubborn"
+PATH_TYPES = (MULTI_TYPE, SNOOZE_TYPE, OVERRUN_TYPE, STUBBORN_TYPE)
+"""The job types that walk the end paths (``docs/guarantees.md``, "How a job ends")."""
+EFFECTS_OF_TYPE: dict[str, tuple[str, ...]] = {
+    **{t: (name,) for t, name in EFFECT_OF_TYPE.items()},
+    MULTI_TYPE: ("charge", "receipt"),
+}
+"""Job type -> every effect a succeeded job of it has made."""
 FALLBACK_TYPE = "chaos.fallback"
 """The job type whose fallback charges at a second provider that keeps its own keys."""
 UNTIMED_TYPE = "chaos.untimed"
@@ -89,6 +104,8 @@ class JobRow:
     effect_key: str = ""
     """The key of the job's effect as its ledger row holds it; "" when the job never recorded
     the effect (or its type is unknown)."""
+    effect_keys: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    """Every effect of the job's ledger: name -> the keys its rows hold."""
 
     @property
     def base_type(self) -> str:
@@ -189,6 +206,10 @@ class Evidence:
     """Per key, the payment provider's charge requests it answered 503 unseen."""
     ledger_history: dict[int, list[LedgerEvent]] = field(default_factory=dict)
     """Per job, its ledger's history in order: every effect's events."""
+    edges: list[tuple[int, int]] = field(default_factory=list)
+    """``(parent, child)`` job ids of every workflow step edge of the run's workflows."""
+    workflow_of: dict[int, str] = field(default_factory=dict)
+    """Per step's job id, its workflow's unique key."""
 
     def attempts_of(self, job_id: int) -> list[AttemptRow]:
         return self.attempts.get(job_id, [])
@@ -219,18 +240,38 @@ def load(workdir: Path) -> Evidence:
                 updated=e.updated_at.timestamp(),
             )
         )
+    from scheduler_core.models import WorkflowEdge, WorkflowStep
+
+    # A workflow step has no key of its own: the run's logs name it <workflow key>/<step>.
+    step_key: dict[int, str] = {}
+    workflow_of: dict[int, str] = {}
+    for job_id, wf_key, step_name in WorkflowStep.objects.values_list(
+        "job_id", "workflow__unique_key", "name"
+    ):
+        if wf_key and wf_key.startswith(CHAOS_PREFIX):
+            step_key[job_id] = f"{wf_key}/{step_name}"
+            workflow_of[job_id] = str(wf_key)
+    edges = [
+        (int(p), int(c))
+        for p, c in WorkflowEdge.objects.values_list("parent_id", "child_id")
+        if c in workflow_of
+    ]
     jobs: dict[int, JobRow] = {}
     other: list[dict[str, Any]] = []
     for j in Job.objects.select_related("spec").order_by("id"):
-        if not (j.unique_key or "").startswith(CHAOS_PREFIX):
+        key = j.unique_key or step_key.get(j.pk, "")
+        if not key.startswith(CHAOS_PREFIX):
             other.append({"id": j.pk, "name": j.name, "key": j.unique_key, "state": j.state})
             continue
         name = EFFECT_OF_TYPE.get(base_type_of(j.name), "")
         keys = [e.key for e in effects.get(j.pk, []) if name and e.name == name]
+        by_name: dict[str, tuple[str, ...]] = {}
+        for row in effects.get(j.pk, []):
+            by_name[row.name] = (*by_name.get(row.name, ()), row.key)
         jobs[j.pk] = JobRow(
             id=j.pk,
             name=j.name,
-            key=j.unique_key or "",
+            key=key,
             state=j.state,
             mode=j.effect,
             fence=j.fence,
@@ -238,6 +279,7 @@ def load(workdir: Path) -> Evidence:
             payload=j.payload if isinstance(j.payload, dict) else {},
             timeout=float(j.timeout_seconds),
             effect_key=keys[0] if keys else "",
+            effect_keys=by_name,
         )
     attempts: dict[int, list[AttemptRow]] = {}
     for a in Attempt.objects.all().order_by("job_id", "fence"):
@@ -305,4 +347,6 @@ def load(workdir: Path) -> Evidence:
         applied_at=applied_at,
         turned_away=truth.turned_away(),
         ledger_history=history,
+        edges=edges,
+        workflow_of=workflow_of,
     )

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from .cluster import APP_PREFIX, PgCluster
-from .plan import DOWN_URL_ENV, Plan
+from .plan import CONTROL_DRIVERS, DOWN_URL_ENV, Plan
 
 ROOT = Path(__file__).resolve().parents[1]
 MANAGE = str(ROOT / "manage.py")
@@ -210,12 +210,12 @@ class Fleet:
     def _negative_env(self, *, celery: bool = False) -> dict[str, str]:
         """What a negative control switches off in the processes that run jobs: the fence
         check (broker-less executors only: the Celery workers' faults are the broker's), or
-        the sticky unknown outcome (every process that runs jobs)."""
+        another guard through a driver of the verifier's own (every process that runs jobs:
+        :data:`~verifier.plan.CONTROL_DRIVERS`)."""
         if self.plan.negative_control == "fence" and not celery:
             return {"TENURE_DRIVER": "verifier.drivers.FenceOff"}
-        if self.plan.negative_control == "sticky":
-            return {"TENURE_DRIVER": "verifier.drivers.Forgetful"}
-        return {}
+        driver = CONTROL_DRIVERS.get(self.plan.negative_control)
+        return {"TENURE_DRIVER": driver} if driver else {}
 
     def start_scheduler(self, slot: int) -> Child:
         """A maintenance process (reaper, dispatcher); the first runs on an offset clock."""

@@ -21,9 +21,14 @@ names the planned case (``FALLBACK_CASES`` in :mod:`.workload`) for the report.
 ``TENURE_DEFAULT_TIMEOUT_SECONDS`` (set by the verifier for its processes) ends its hung
 attempts.
 
+The end paths (``PATH_CASES`` in :mod:`.workload`): ``chaos.multi`` makes two effects, a charge
+then its receipt, and its reconcile function is asked about each; ``chaos.snooze`` loses the
+reply of its first attempt's charge, then snoozes until ``max_age``; ``chaos.overrun`` charges,
+then runs past its maximum runtime with no attempt left; ``chaos.stubborn`` never answers a
+cancel request.
+
 Loaded only where ``TENURE_JOB_MODULES`` names this module (the verifier's processes). The
-``sticky`` negative control's executors run the verifier's forgetful driver
-(:class:`verifier.drivers.Forgetful`).
+negative controls but ``fence`` run drivers of the verifier's own (:mod:`verifier.drivers`).
 """
 
 from __future__ import annotations
@@ -36,9 +41,9 @@ from typing import Any
 
 from demo import clients
 from demo.models import LedgerEntry
-from scheduler_core import Permanent, Transient, job
+from scheduler_core import Permanent, Snooze, Transient, job
 from scheduler_core.api.registry import JobType
-from scheduler_core.runtime.context import JobContext
+from scheduler_core.runtime.context import EffectRef, JobContext
 
 from .broker import BROKER_QUEUE
 from .evidence import ASYNC_SUFFIX, BROKER_SUFFIX
@@ -331,6 +336,123 @@ def fallback_charge(
             )
             eff.applied(destination_ref=str(reply.get("charge_id", "")))
     time.sleep(hold)
+
+
+# ---------------------------------------------------------------------------------------------
+# The end paths: two effects with a lost reply, snoozing after a lost reply, overrunning the
+# maximum runtime after the effect, and a cancel request the handler never answers
+# ---------------------------------------------------------------------------------------------
+
+MULTI_EFFECTS = ("charge", "receipt")
+"""The effects of ``chaos.multi``, in the order its handler performs them."""
+SNOOZE_MAX_AGE = 2.5 * LEASE
+"""``chaos.snooze``'s ``max_age``: reached while its later attempts snooze."""
+SNOOZE_SECONDS = 1.0
+OVERRUN_TIMEOUT = 2 * LEASE
+"""``chaos.overrun``'s maximum runtime; its handler sleeps past it after its effect."""
+STUBBORN_TIMEOUT = 4 * LEASE
+
+
+def _lookup_effect(ctx: JobContext, effect: EffectRef | None = None, **payload: Any) -> str:
+    """Reconcile of ``chaos.multi``: ask the provider about the one effect it is asked about
+    (``effect``); asked about the job as a whole (no effect in the ledger), about the first."""
+    timeout = payload.get("timeout", 1.5)
+    key = effect.key if effect is not None else ctx.effect_key(MULTI_EFFECTS[0])
+    reply = clients.lookup(
+        ctx,
+        key=key,
+        fence=ctx.fence,
+        timeout=float(timeout) if isinstance(timeout, int | float) else 1.5,
+    )
+    status = reply.get("status")
+    return status if status in ("applied", "not_applied") else "unknown"
+
+
+@job(name="chaos.multi", effect="reconcilable", reconcile=_lookup_effect, **OPTIONS)
+def multi(
+    ctx: JobContext,
+    *,
+    n: int,
+    work: float = 0.0,
+    hold: float = 0.0,
+    timeout: float = 1.5,
+    lost: str = "",
+) -> None:
+    """Two transfers at the provider's non-deduplicating endpoint, a charge then its receipt,
+    each reconciled by lookup. ``lost`` names the effect whose reply the first attempt loses
+    (the destination applies it and answers after the caller's timeout)."""
+    if work > 0:
+        time.sleep(work)
+    for name in MULTI_EFFECTS:
+        with ctx.effect(name) as eff:
+            if not eff.done:
+                reply = clients.transfer(
+                    ctx,
+                    key=eff.key,
+                    fence=eff.fence,
+                    body={"invoice_id": n, "cents": 100 if name == "charge" else 1},
+                    timeout=timeout,
+                    slow_reply=_slow(ctx, lost == name, timeout),
+                )
+                eff.applied(destination_ref=str(reply.get("charge_id", "")))
+    time.sleep(hold)
+
+
+@job(
+    name="chaos.snooze",
+    effect="idempotent",
+    max_age=SNOOZE_MAX_AGE,
+    **{**OPTIONS, "max_attempts": 20},
+)
+def snooze(ctx: JobContext, *, n: int, timeout: float = 1.5) -> None:
+    """The first attempt charges and loses the reply; every later one snoozes until the
+    job's ``max_age`` passes, with the charge's outcome still unknown."""
+    if ctx.attempt > 1:
+        raise Snooze(SNOOZE_SECONDS)
+    with ctx.effect("charge") as eff:
+        if not eff.done:
+            reply = clients.charge(
+                ctx,
+                key=eff.key,
+                fence=eff.fence,
+                body={"invoice_id": n, "cents": 100},
+                timeout=timeout,
+                slow_reply=timeout + 1.0,
+            )
+            eff.applied(destination_ref=str(reply.get("charge_id", "")))
+
+
+@job(
+    name="chaos.overrun",
+    effect="idempotent",
+    **{**OPTIONS, "max_attempts": 1, "timeout": OVERRUN_TIMEOUT},
+)
+def overrun(ctx: JobContext, *, n: int, timeout: float = 1.5) -> None:
+    """Charge, then run past the maximum runtime with no attempt left."""
+    with ctx.effect("charge") as eff:
+        if not eff.done:
+            reply = clients.charge(
+                ctx,
+                key=eff.key,
+                fence=eff.fence,
+                body={"invoice_id": n, "cents": 100},
+                timeout=timeout,
+                slow_reply=0.0,
+            )
+            eff.applied(destination_ref=str(reply.get("charge_id", "")))
+    time.sleep(OVERRUN_TIMEOUT + 2 * LEASE)
+
+
+@job(
+    name="chaos.stubborn",
+    effect="idempotent",
+    **{**OPTIONS, "timeout": STUBBORN_TIMEOUT},
+)
+def stubborn(ctx: JobContext, *, n: int, work: float = 0.0, overrun: bool = False) -> None:
+    """Works ``work`` seconds and never looks at ``ctx.cancelled``: an operator's request to
+    stop goes unanswered. With ``overrun`` the first attempt runs past its maximum runtime, so
+    the request is still unanswered when the lease ends."""
+    time.sleep(STUBBORN_TIMEOUT + 2 * LEASE if overrun and ctx.attempt == 1 else work)
 
 
 # No ``timeout``: the installation's default maximum runtime ends its hung attempts.

@@ -28,15 +28,32 @@ NEGATIVE_FAULTS: tuple[str, ...] = ("pause_long", "pg_restart")
 """The faults the ``fence`` negative control injects: enough to show what the disabled guards
 let through (a resumed stale attempt, acknowledged commits lost in a crash)."""
 
-NEGATIVE_CONTROLS: tuple[str, ...] = ("fence", "sticky")
+NEGATIVE_CONTROLS: tuple[str, ...] = ("fence", "sticky", "whole-job", "max-age-fails")
 """What a negative-control run switches off: ``fence`` — the executors' fence check
 (:class:`verifier.drivers.FenceOff`), the database's index of one open attempt per job, and
 durable commits; ``sticky`` — the ledger's sticky
-unknown outcome, in the executors and Celery workers only (:class:`verifier.drivers.Forgetful`)."""
+unknown outcome, in the executors and Celery workers only (:class:`verifier.drivers.Forgetful`);
+``whole-job`` — reconcile asked per effect (:class:`verifier.drivers.WholeJob`);
+``max-age-fails`` — the ledger's rule at ``max_age`` (:class:`verifier.drivers.MaxAgeFails`)."""
+CONTROL_DRIVERS: dict[str, str] = {
+    "sticky": "verifier.drivers.Forgetful",
+    "whole-job": "verifier.drivers.WholeJob",
+    "max-age-fails": "verifier.drivers.MaxAgeFails",
+}
+"""The storage driver each negative control (but ``fence``) runs in every process that runs
+jobs (``TENURE_DRIVER``)."""
+PATHS_SHARE = 0.1
+"""Share of the verifier's own jobs on the broker-less queue that walk the end paths
+(``PATH_CASES`` in :mod:`verifier.workload`)."""
+CONTROL_PATHS_SHARE = 0.6
+"""The same share in the ``whole-job`` and ``max-age-fails`` negative controls, so a short run
+meets their cases often."""
 DOWN_URL_ENV = "CHAOS_PAY_DOWN_URL"
 """An address where nothing listens (the verifier holds the port, bound but not listening):
 a request the payment provider should refuse goes there, and its connection is refused."""
 
+WORKFLOW_SHARE = 0.04
+"""The default share of enqueues that are workflows (``--workflow-share``)."""
 FALLBACK_SHARE = 0.15
 """Share of the verifier's own jobs that fall back to the second provider (``chaos.fallback``)."""
 STICKY_FALLBACK_SHARE = 0.6
@@ -68,9 +85,17 @@ class Plan:
     """Share of the verifier's own jobs that are ``chaos.fallback``: a primary provider that
     sometimes applies, times out, then turns the next attempt away, and a fallback provider
     that keeps its own keys."""
+    paths_share: float = PATHS_SHARE
+    """Share of the verifier's own jobs on the broker-less executors' queue that walk the end
+    paths: two effects with a lost reply, snoozing after a lost reply, overrunning after the
+    effect, an unanswered cancel request (``PATH_CASES`` in :mod:`verifier.workload`)."""
     async_share: float = 0.25
     """Share of the verifier's jobs of the five types on the broker-less executors' queue
     whose handler is the ``async def`` twin (:data:`verifier.job_types.ASYNC_TWINS`)."""
+    workflow_share: float = WORKFLOW_SHARE
+    """Share of the enqueues that are workflows of the verifier's own types: a chain of three,
+    or a fan-out of up to 50 steps into one fan-in, each step an ordinary chaos job (some
+    with an effect whose reply is lost)."""
     lease_seconds: int = 4
     reap_grace: float = 1.0
     sweep_interval: float = 0.5

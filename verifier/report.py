@@ -28,6 +28,8 @@ def _ids(ids: list[Any]) -> str:
 NEGATIVE = {
     "fence": "fence off, synchronous_commit off",
     "sticky": "the ledger forgets an unknown outcome",
+    "whole-job": "reconcile answered for the whole job",
+    "max-age-fails": "max_age ends a job failed whatever its ledger holds",
 }
 """What each negative control switches off, for the report's title."""
 
@@ -154,6 +156,24 @@ def render(r: dict[str, Any]) -> str:
             f"{fb['applied_at_second_provider']}, at both "
             f"{len(fb['applied_at_two_destinations'])}{_ids(fb['applied_at_two_destinations'])}",
         ]
+    ep = r.get("end_paths") or {}
+    if ep:
+        lines += [
+            "end paths: " + "; ".join(f"{t} {_kv(c)}" for t, c in ep["by_type"].items() if c),
+            f"  chaos.multi: {ep['multi_jobs']} jobs (reply lost: {_kv(ep['multi_lost'])}), "
+            f"{ep['multi_succeeded_with_receipt']} succeeded with charge and receipt once each; "
+            f"succeeded jobs missing an effect {len(ep['succeeded_missing_an_effect'])}"
+            f"{_ids(ep['succeeded_missing_an_effect'])}",
+            f"  failed with an effect in the ledger {len(ep['failed_with_effect_in_ledger'])}"
+            f"{_ids(ep['failed_with_effect_in_ledger'])}, at a destination "
+            f"{len(ep['failed_with_effect_at_destination'])}"
+            f"{_ids(ep['failed_with_effect_at_destination'])}",
+            f"  cancel requests on running jobs {ep['cancel_requests']}: ended "
+            f"{_kv(ep['cancel_ends'])}",
+        ]
+        for t, rs in ep["reasons"].items():
+            for reason, n in rs.items():
+                lines.append(f"    {t:15} {n:5}  {reason}")
     aw = r.get("async") or {}
     if aw.get("jobs"):
         lines += [f"async def handlers: {aw['jobs']} jobs {_kv(aw['by_state'])}"]
@@ -181,3 +201,52 @@ def render(r: dict[str, Any]) -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+def summary(r: dict[str, Any]) -> str:
+    """A short Markdown summary of a run's JSON report (``manage.py chaos --summarize``): the
+    seed and length, the faults injected, the jobs per state and every invariant with its
+    count, then the printed report."""
+    p, run = r["plan"], r["run"]
+    verdicts = sorted(r["verdicts"].items(), key=lambda kv: int(kv[0][1:]))
+    held = sum(1 for _, v in verdicts if v["status"] == "pass")
+    failed = sum(1 for _, v in verdicts if v["status"] == "fail")
+    lines = [
+        f"- **Seed** {p.get('seed')}, **{p.get('seconds'):g} s of faults**"
+        + (f", negative control `{p['negative_control']}`" if p.get("negative_control") else "")
+        + f"; {p.get('executors')} executors x{p.get('concurrency')}, "
+        f"{p.get('schedulers')} schedulers, {p.get('rate')} jobs/s; phases (s): "
+        f"{_kv(run['phases'])}; processes started: {run['processes_started']}.",
+        f"- **Faults injected ({sum(run['faults'].values())}):** {_kv(run['faults'])} "
+        f"(could not inject: {run['fault_errors']}).",
+        f"- **Jobs:** {r['jobs']['enqueued']} enqueued, {r['jobs']['acknowledged']} "
+        f"acknowledged; per state: {_kv(r['terminal']['states'])}.",
+        "",
+        "| mode | " + " | ".join(s for s in STATES) + " |",
+        "|---|" + "---|" * len(STATES),
+    ]
+    for mode, states in r["terminal"]["by_mode"].items():
+        lines.append(f"| {mode} | " + " | ".join(str(states.get(s, 0)) for s in STATES) + " |")
+    ep = r.get("end_paths") or {}
+    if ep:
+        lines += ["", "| end path | " + " | ".join(STATES) + " |", "|---|" + "---|" * len(STATES)]
+        for t, states in ep["by_type"].items():
+            lines.append(f"| `{t}` | " + " | ".join(str(states.get(s, 0)) for s in STATES) + " |")
+    lines += [
+        "",
+        f"**Verdicts: {held} of {len(verdicts)} passed, {failed} failed, "
+        f"{len(verdicts) - held - failed} not run"
+        + (": every invariant held.**" if r["passed"] else ": AN INVARIANT FAILED.**"),
+        "",
+        "| | invariant | verdict | count |",
+        "|---|---|---|---|",
+    ]
+    for key, v in verdicts:
+        detail = (str(v["detail"]) + _ids(v["offenders"])).replace("|", "/")
+        lines.append(f"| {key} | {v['title']} | {v['status']} | {detail} |")
+    lines += ["", "The printed report:", "", "```", render(r).strip("\n"), "```", ""]
+    return "\n".join(lines)
+
+
+STATES = ("succeeded", "failed", "indeterminate", "cancelled", "waiting", "leased")
+"""The job states, in the order the summary's tables show them."""

@@ -26,6 +26,8 @@ import time
 from pathlib import Path
 from typing import Any, Protocol
 
+from scheduler_core.domain.workflows import BLOCKED_AT
+
 from .broker import RedisBroker
 from .cluster import PgCluster, free_port
 from .fleet import MANAGE, Fleet
@@ -59,9 +61,19 @@ def _wait_port(port: int, timeout: float = 60.0) -> None:
             time.sleep(0.2)
 
 
+UNFINISHED_SQL = """
+    SELECT count(*) FROM tenure_job
+    WHERE state IN ('waiting', 'leased') AND NOT (state = 'waiting' AND run_at = %s)
+"""
+"""Jobs the fleet still has to run. A workflow step blocked on its parents is left out: it
+moves when they end (counted here while they wait or run), or it stays held behind a parent
+whose outcome is unknown until an operator settles that parent — waiting for it would only
+wait out the drain's timeout. I17 judges such steps by their parents."""
+
+
 def _unfinished(cluster: PgCluster) -> int | None:
     try:
-        rows = cluster.query("SELECT count(*) FROM tenure_job WHERE state IN ('waiting', 'leased')")
+        rows = cluster.query(UNFINISHED_SQL, [BLOCKED_AT])
         return int(rows[0][0])
     except Exception:
         return None
@@ -278,6 +290,8 @@ def run_role(role: str, workdir: Path, *, seed: int, seconds: float, rate: float
             broker_share=plan["broker_share"] if plan.get("celery_workers") else 0.0,
             fallback_share=plan["fallback_share"],
             async_share=plan.get("async_share", 0.0),
+            paths_share=plan.get("paths_share", 0.0),
+            workflow_share=plan.get("workflow_share", 0.0),
         )
         return 0
     if role == "operator":

@@ -14,10 +14,10 @@ register = template.Library()
 
 
 @register.inclusion_tag("admin_ui/queues_summary.html")
-def queues_summary(counts: dict[str, dict[str, int]] | None = None) -> dict[str, Any]:
-    """The queues an operator paused or limited, by name; ``counts`` as
-    :func:`scheduler_core.read.queues.queue_overview` takes them."""
-    rows = queue_overview(counts)
+def queues_summary(rows: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """The queues an operator paused or limited, by name, from ``rows`` (the overview's
+    :func:`scheduler_core.read.queues.queue_overview`, read once; read here without them)."""
+    rows = queue_overview() if rows is None else rows
     configured = [
         r
         for r in rows

@@ -58,3 +58,9 @@ def payload_excerpt(payload: Any) -> str:
     if len(text) > PAYLOAD_EXCERPT_CHARS:
         return text[: PAYLOAD_EXCERPT_CHARS - 1] + "…"
     return text
+
+
+@register.filter
+def payload_full(payload: Any) -> str:
+    """The whole payload as indented JSON, for the list's disclosure (its row keeps the line)."""
+    return json.dumps(payload, indent=2, sort_keys=True, ensure_ascii=False)

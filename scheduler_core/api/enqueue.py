@@ -2,7 +2,9 @@
 storage driver, joining the caller's transaction, and once it commits, the job's wake-ups —
 the database's own notification to listening executors and, where a live consumer of the
 configured transport takes its queue, a broker hint. A hint lost between commit and publish
-is re-sent by the dispatcher, so a job never depends on its message.
+is re-sent by the dispatcher, so a job never depends on its message. Once it commits, too,
+``job_enqueued`` is sent (:mod:`scheduler_core.signals`); with tracing on, the enqueue has its
+span and the job stores that span's context (:mod:`scheduler_core.tracing`).
 
 Validation is :mod:`scheduler_core.api.registry`'s; this module trusts its callers (the
 registry and schedule firing) to have done it.
@@ -11,13 +13,18 @@ registry and schedule firing) to have done it.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
 from django.utils import timezone
 
+import scheduler_core.signals as signals
+import scheduler_core.tracing as tracing
+
 from ..models import Job
 from ..storage.drivers import driver
+from ..storage.workflows import NewStep
 from . import hints
 
 
@@ -34,9 +41,89 @@ def insert_job(
     effect: str,
     timeout_seconds: float,
     schedule_id: int | None = None,
+    sender: Any = None,
+    workflow_id: int | None = None,
 ) -> Job:
     """Insert a waiting job in the caller's transaction; a known ``unique_key`` returns the
-    job already accepted under it (nothing written, no wake-up)."""
+    job already accepted under it (nothing written, no wake-up). ``sender`` is the job's type,
+    the sender of ``job_enqueued``. ``workflow_id`` makes it a step of that workflow
+    (:mod:`scheduler_core.api.workflow` inserts steps)."""
+    span, trace_context = tracing.start_enqueue(name, queue)
+    try:
+        job, new = _insert_one(
+            name=name,
+            queue=queue,
+            payload=payload,
+            priority=priority,
+            run_at=run_at,
+            max_attempts=max_attempts,
+            lease_seconds=lease_seconds,
+            unique_key=unique_key,
+            effect=effect,
+            timeout_seconds=timeout_seconds,
+            schedule_id=schedule_id,
+            workflow_id=workflow_id,
+            trace_context=trace_context,
+        )
+    except BaseException as e:
+        tracing.end_enqueue(span, [], e)
+        raise
+    tracing.end_enqueue(span, [job.pk])
+    if new:
+        _announce_at_commit(driver(), [Enqueued(sender, job.pk, name, queue, priority, unique_key)])
+    return job
+
+
+@dataclass(frozen=True)
+class Enqueued:
+    """One job accepted by an enqueue, as ``job_enqueued`` tells it (``sender``: its type)."""
+
+    sender: Any
+    job_id: int
+    name: str
+    queue: str
+    priority: int
+    unique_key: str | None = None
+
+
+def _announce_at_commit(d: Any, jobs: Sequence[Enqueued]) -> None:
+    """Send ``job_enqueued`` for each of ``jobs`` once the enqueue's transaction commits (never
+    when it rolls back); nothing is registered while no receiver is connected."""
+    if not jobs or not signals.job_enqueued.receivers:
+        return
+
+    def announce() -> None:
+        for j in jobs:
+            signals.send(
+                signals.job_enqueued,
+                j.sender,
+                job_id=j.job_id,
+                name=j.name,
+                queue=j.queue,
+                priority=j.priority,
+                unique_key=j.unique_key,
+            )
+
+    d.on_commit(announce)
+
+
+def _insert_one(
+    *,
+    name: str,
+    queue: str,
+    payload: dict[str, Any],
+    priority: int,
+    run_at: datetime | None,
+    max_attempts: int,
+    lease_seconds: int,
+    unique_key: str | None,
+    effect: str,
+    timeout_seconds: float,
+    schedule_id: int | None,
+    workflow_id: int | None,
+    trace_context: dict[str, str] | None,
+) -> tuple[Job, bool]:
+    """The insert and its wake-ups; the job and whether it is new."""
     d = driver()
     due_now = run_at is None or run_at <= timezone.now()
     hint = due_now and hints.uses_broker(queue)
@@ -52,7 +139,9 @@ def insert_job(
         "unique_key": unique_key,
         "effect": effect,
         "schedule_id": schedule_id,
+        "workflow_id": workflow_id,
         "hinted": hint,
+        "trace_context": trace_context,
     }
     while True:
         job = d.insert_job(fields)
@@ -60,7 +149,7 @@ def insert_job(
             break
         existing = Job.objects.using(d.alias).filter(unique_key=unique_key).first()
         if existing is not None:
-            return existing
+            return existing, False
         # Accepted once and pruned since: accept it anew.
     d.notify(queue, priority, job.run_at)
     if hint:
@@ -70,7 +159,7 @@ def insert_job(
             hints.publish(job_id, queue)
 
         d.on_commit(publish)
-    return job
+    return job, True
 
 
 class TypePolicy(Protocol):
@@ -115,6 +204,7 @@ def insert_job_of(
         effect=jt.effect.value,
         timeout_seconds=jt.max_runtime,
         schedule_id=schedule_id,
+        sender=jt,
     )
 
 
@@ -129,6 +219,7 @@ def insert_jobs(
     lease_seconds: int,
     effect: str,
     timeout_seconds: float,
+    sender: Any = None,
 ) -> list[int]:
     """Insert many waiting jobs of one type in one statement, in the caller's transaction, and
     return their ids (in payload order). No unique keys: a job that must be accepted once goes
@@ -136,6 +227,7 @@ def insert_jobs(
     transport, one hint per job after commit."""
     if not payloads:
         return []
+    span, trace_context = tracing.start_enqueue(name, queue)
     d = driver()
     due_now = run_at is None or run_at <= timezone.now()
     hint = due_now and hints.uses_broker(queue)
@@ -149,16 +241,112 @@ def insert_jobs(
         "timeout_seconds": timeout_seconds,
         "effect": effect,
         "hinted": hint,
+        "trace_context": trace_context,
     }
-    with d.atomic():
-        rows = d.insert_jobs(fields, payloads)
-        ids = [job_id for job_id, _ in rows]
-        d.notify(queue, priority, min(at for _, at in rows))
-        if hint:
+    try:
+        with d.atomic():
+            rows = d.insert_jobs(fields, payloads)
+            ids = [job_id for job_id, _ in rows]
+            d.notify(queue, priority, min(at for _, at in rows))
+            if hint:
 
-            def publish_all() -> None:
-                for job_id in ids:
-                    hints.publish(job_id, queue)
+                def publish_all() -> None:
+                    for job_id in ids:
+                        hints.publish(job_id, queue)
 
-            d.on_commit(publish_all)
+                d.on_commit(publish_all)
+            _announce_at_commit(d, [Enqueued(sender, i, name, queue, priority) for i in ids])
+    except BaseException as e:
+        tracing.end_enqueue(span, [], e)
+        raise
+    tracing.end_enqueue(span, ids)
     return ids
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlannedStep:
+    """One validated step of a workflow to insert (:mod:`scheduler_core.api.workflow`)."""
+
+    jt: TypePolicy
+    name: str
+    payload: dict[str, Any]
+    parents: tuple[int, ...]
+    """Indexes of earlier steps."""
+    queue: str
+    priority: int
+
+
+def insert_workflow(
+    *, name: str, unique_key: str | None, on_failure: str, steps: Sequence[PlannedStep]
+) -> tuple[int, bool, dict[str, int]]:
+    """Insert a workflow, one job per step and the edges between them in the caller's
+    transaction; return its id, whether it was written (False: ``unique_key`` was taken, and
+    the workflow holding it is returned, nothing written) and its jobs by step name.
+
+    Steps without parents are due at once and woken as any enqueue; the others are inserted
+    not due (:data:`~scheduler_core.domain.workflows.BLOCKED_AT`) until their last parent's
+    fenced completion makes them due."""
+    d = driver()
+    # One enqueue span for the whole workflow; every step stores its context, so each step's
+    # attempts are children of it as a single job's are of its enqueue.
+    span, trace_context = tracing.start_enqueue(name, steps[0].queue if steps else "")
+    try:
+        wid, created, jobs = _insert_workflow(d, name, unique_key, on_failure, steps, trace_context)
+    except BaseException as e:
+        tracing.end_enqueue(span, [], e)
+        raise
+    tracing.end_enqueue(span, list(jobs.values()) if created else [])
+    return wid, created, jobs
+
+
+def _insert_workflow(
+    d: Any,
+    name: str,
+    unique_key: str | None,
+    on_failure: str,
+    steps: Sequence[PlannedStep],
+    trace_context: dict[str, str] | None,
+) -> tuple[int, bool, dict[str, int]]:
+    # No savepoint (two round trips), as a single job's insert: an error inside ends the
+    # caller's transaction, which then writes nothing.
+    with d.atomic(savepoint=False):
+        row, created = d.insert_workflow(name=name, unique_key=unique_key, on_failure=on_failure)
+        if not created:
+            return row.pk, False, d.workflow_jobs(row.pk)
+        ids = d.insert_workflow_jobs(
+            row.pk,
+            [
+                NewStep(
+                    job_type=p.jt.name,
+                    queue=p.queue,
+                    priority=p.priority,
+                    max_attempts=p.jt.max_attempts,
+                    lease_seconds=p.jt.lease_seconds,
+                    timeout_seconds=p.jt.max_runtime,
+                    effect=p.jt.effect.value,
+                    hinted=not p.parents and hints.uses_broker(p.queue),
+                    payload=p.payload,
+                    name=p.name,
+                    parents=p.parents,
+                )
+                for p in steps
+            ],
+            trace_context=trace_context,
+        )
+        roots = [(ids[i], p.queue, p.priority) for i, p in enumerate(steps) if not p.parents]
+        now = timezone.now()
+        for queue, priority in sorted({(q, pr) for _, q, pr in roots}):
+            d.notify(queue, priority, now)
+        hinted = [(job_id, q) for job_id, q, _ in roots if hints.uses_broker(q)]
+        if hinted:
+
+            def publish() -> None:
+                for job_id, q in hinted:
+                    hints.publish(job_id, q)
+
+            d.on_commit(publish)
+        # Each step is a job enqueued, told once the workflow's transaction commits.
+        _announce_at_commit(
+            d, [Enqueued(p.jt, ids[i], p.jt.name, p.queue, p.priority) for i, p in enumerate(steps)]
+        )
+    return row.pk, True, {p.name: ids[i] for i, p in enumerate(steps)}

@@ -15,11 +15,12 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from django.db import DatabaseError
 
 from ..conf import tenure_settings
+from ..storage import workflows
 from ..storage.drivers import driver
 
 log = logging.getLogger("tenure.transports")
@@ -135,3 +136,14 @@ def publish(job_id: int, queue: str) -> bool:
     except Exception as e:
         log.warning("could not publish hint for job %s on %s: %s", job_id, queue, e)
         return False
+
+
+def publish_due_steps(due: Sequence[tuple[int, str]]) -> None:
+    """Hints for workflow steps their last parent's completion made due (after it committed),
+    where a broker consumer takes their queue; the dispatcher re-sends any that are lost."""
+    for job_id, queue in due:
+        if uses_broker(queue):
+            publish(job_id, queue)
+
+
+workflows.on_steps_due(publish_due_steps)

@@ -32,7 +32,9 @@ if TYPE_CHECKING:
 # The insert path (:mod:`scheduler_core.api.enqueue`) reaches the models and the storage
 # layer, which Django loads after this package: it is imported where a job is enqueued.
 
-RESERVED = frozenset({"unique_key", "run_at", "priority", "ctx"})
+RESERVED = frozenset({"unique_key", "run_at", "priority", "queue", "delay", "ctx"})
+"""Names a handler's payload may not use: ``enqueue`` takes them as per-call options, so a
+handler declaring one is refused at registration (``ValueError``)."""
 EFFECT_ALIASES = {"unprotected": EffectMode.AT_LEAST_ONCE}
 
 _REGISTRY: dict[str, JobType] = {}
@@ -87,29 +89,93 @@ class JobType:
         *,
         unique_key: str | None = None,
         run_at: dt.datetime | None = None,
-        priority: int = 0,
+        priority: int | None = None,
+        queue: str | None = None,
+        delay: Delay | None = None,
         **payload: Any,
     ) -> Job:
         """Accept one job of this type, joining the caller's transaction.
 
-        A ``unique_key`` already accepted returns the existing job and writes nothing. Bad
-        input raises :class:`~scheduler_core.exceptions.EnqueueError` and writes nothing.
+        Per-call options (each ``None``: the job type's): ``queue`` (a known queue:
+        :func:`check_queue_known`), ``priority`` (-1000..1000, higher first; default 0),
+        ``run_at`` (an aware datetime) or ``delay`` (seconds or a ``timedelta`` from now), not
+        both. A ``unique_key`` already accepted returns the existing job and writes nothing.
+        Bad input raises :class:`~scheduler_core.exceptions.EnqueueError` and writes nothing.
         """
-        return enqueue(self.name, payload, unique_key=unique_key, run_at=run_at, priority=priority)
+        return enqueue(
+            self.name,
+            payload,
+            unique_key=unique_key,
+            run_at=run_at,
+            priority=priority,
+            queue=queue,
+            delay=delay,
+        )
 
     def enqueue_many(
         self,
         payloads: Iterable[dict[str, Any]],
         *,
         run_at: dt.datetime | None = None,
-        priority: int = 0,
+        priority: int | None = None,
+        queue: str | None = None,
+        delay: Delay | None = None,
     ) -> list[int]:
         """Accept many jobs of this type in one statement; see :func:`enqueue_many`."""
-        return enqueue_many(self.name, payloads, run_at=run_at, priority=priority)
+        return enqueue_many(
+            self.name, payloads, run_at=run_at, priority=priority, queue=queue, delay=delay
+        )
+
+    def using(
+        self,
+        *,
+        queue: str | None = None,
+        priority: int | None = None,
+        run_at: dt.datetime | None = None,
+        delay: Delay | None = None,
+    ) -> Options:
+        """This job type with per-call options set, to enqueue with later::
+
+            charge.using(queue="urgent", priority=10).enqueue(invoice_id=1, cents=500)
+
+        The options are checked when a job is enqueued, as :meth:`enqueue`'s are."""
+        return Options(jt=self, queue=queue, priority=priority, run_at=run_at, delay=delay)
 
     def check_payload(self, payload: dict[str, Any]) -> None:
         """Raise ``TypeError`` when ``payload`` does not fit the handler's keyword arguments."""
         self.signature.bind(None, **payload)
+
+
+Delay = float | int | dt.timedelta
+"""A ``delay=``: seconds, or a ``timedelta``, from now (the enqueuing process's clock)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Options:
+    """A job type with per-call options (:meth:`JobType.using`); ``None`` takes the type's."""
+
+    jt: JobType
+    queue: str | None = None
+    priority: int | None = None
+    run_at: dt.datetime | None = None
+    delay: Delay | None = None
+
+    def enqueue(self, *, unique_key: str | None = None, **payload: Any) -> Job:
+        """:meth:`JobType.enqueue` with these options."""
+        return self.jt.enqueue(
+            unique_key=unique_key,
+            queue=self.queue,
+            priority=self.priority,
+            run_at=self.run_at,
+            delay=self.delay,
+            **payload,
+        )
+
+    def enqueue_many(self, payloads: Iterable[dict[str, Any]]) -> list[int]:
+        """:meth:`JobType.enqueue_many` with these options."""
+        return self.jt.enqueue_many(
+            payloads, queue=self.queue, priority=self.priority, run_at=self.run_at, delay=self.delay
+        )
 
 
 def job(
@@ -440,6 +506,49 @@ def _check_queue(queue: Any) -> None:
         raise EnqueueError("queue must be a non-empty string of at most 100 characters")
 
 
+def check_queue_known(queue: str) -> None:
+    """Refuse (:class:`~scheduler_core.exceptions.EnqueueError`) a per-call ``queue`` nothing
+    would serve on purpose: a name is known when a registered job type routes to it, it is
+    ``TENURE_DEFAULT_QUEUE`` or one of ``TENURE_BROKER_QUEUES``, or an operator gave it
+    settings (``manage.py queues pause|limit``, the dashboard), which makes its row. A typo
+    would otherwise leave its jobs waiting with no executor told to serve them."""
+    from ..storage.drivers import driver
+
+    s = tenure_settings()
+    if queue == s.DEFAULT_QUEUE or queue in s.BROKER_QUEUES:
+        return
+    if any(jt.queue == queue for jt in _REGISTRY.values()):
+        return
+    if driver().queue_row(queue) is not None:
+        return
+    routed = sorted({jt.queue for jt in _REGISTRY.values()} | {s.DEFAULT_QUEUE})
+    raise EnqueueError(
+        f"queue {queue!r} is unknown: no job type routes to it and it has no settings; known "
+        f"queues are {', '.join(routed)} (a queue becomes known with @job(queue=...) or with "
+        "settings of its own: manage.py queues pause|limit)"
+    )
+
+
+def _due_at(run_at: Any, delay: Any) -> dt.datetime | None:
+    """The ``run_at`` an enqueue writes: ``run_at``, or now plus ``delay``, never both."""
+    if delay is None:
+        return run_at  # type: ignore[no-any-return]
+    if run_at is not None:
+        raise EnqueueError("run_at and delay are exclusive: give one of them")
+    if isinstance(delay, dt.timedelta):
+        seconds = delay.total_seconds()
+    elif isinstance(delay, int | float) and not isinstance(delay, bool):
+        seconds = float(delay)
+    else:
+        raise EnqueueError("delay must be a number of seconds or a timedelta")
+    days = tenure_settings().MAX_RUN_AT_DAYS
+    if not math.isfinite(seconds) or not 0 <= seconds <= days * 86400:
+        raise EnqueueError(
+            f"delay must be at least 0 and at most {days} days (TENURE_MAX_RUN_AT_DAYS)"
+        )
+    return dt.datetime.now(dt.UTC) + dt.timedelta(seconds=seconds)
+
+
 def _check_options(unique_key: Any, run_at: Any, priority: Any) -> None:
     s = tenure_settings()
     if unique_key is not None:
@@ -467,19 +576,27 @@ def enqueue(
     *,
     unique_key: str | None = None,
     run_at: dt.datetime | None = None,
-    priority: int = 0,
+    priority: int | None = None,
     queue: str | None = None,
+    delay: Delay | None = None,
+    check_queue: bool = True,
 ) -> Job:
-    """Accept a job by handler name (see :meth:`JobType.enqueue`)."""
+    """Accept a job by handler name (see :meth:`JobType.enqueue`). ``check_queue=False`` is
+    for a caller that checked ``queue`` against a configuration of its own (the
+    ``django.tasks`` backend, whose ``QUEUES`` name its queues)."""
     from . import enqueue as insert
 
     jt = _REGISTRY.get(name) if isinstance(name, str) else None
     if jt is None:
         raise UnknownJob(f"no job is registered as {name!r}")
     payload = validate_payload(jt, {} if payload is None else payload)
+    run_at = _due_at(run_at, delay)
+    priority = 0 if priority is None else priority
     _check_options(unique_key, run_at, priority)
     if queue is not None:
         _check_queue(queue)
+        if check_queue and queue != jt.queue:
+            check_queue_known(queue)
     return insert.insert_job_of(
         jt, payload=payload, run_at=run_at, unique_key=unique_key, priority=priority, queue=queue
     )
@@ -490,10 +607,12 @@ def enqueue_many(
     payloads: Iterable[dict[str, Any]],
     *,
     run_at: dt.datetime | None = None,
-    priority: int = 0,
+    priority: int | None = None,
+    queue: str | None = None,
+    delay: Delay | None = None,
 ) -> list[int]:
     """Accept many jobs of one type in one statement, joining the caller's transaction; return
-    their ids in payload order.
+    their ids in payload order. The per-call options are :meth:`JobType.enqueue`'s.
 
     Every payload is validated as :func:`enqueue` validates one, before anything is written:
     one bad payload raises :class:`~scheduler_core.exceptions.EnqueueError` and writes
@@ -505,10 +624,16 @@ def enqueue_many(
     if jt is None:
         raise UnknownJob(f"no job is registered as {name!r}")
     checked = [validate_payload(jt, p) for p in payloads]
+    run_at = _due_at(run_at, delay)
+    priority = 0 if priority is None else priority
     _check_options(None, run_at, priority)
+    if queue is not None:
+        _check_queue(queue)
+        if queue != jt.queue:
+            check_queue_known(queue)
     return insert.insert_jobs(
         name=jt.name,
-        queue=jt.queue,
+        queue=jt.queue if queue is None else queue,
         payloads=checked,
         priority=priority,
         run_at=run_at,
@@ -516,4 +641,5 @@ def enqueue_many(
         lease_seconds=jt.lease_seconds,
         effect=jt.effect.value,
         timeout_seconds=jt.max_runtime,
+        sender=jt,
     )

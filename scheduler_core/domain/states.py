@@ -12,6 +12,8 @@
     leased --the request is never answered and the lease ends (reaper)--> cancelled
     waiting | failed | indeterminate --operator--> cancelled | waiting | succeeded
     waiting --operator cancels while an effect is unknown, no fact stated--> indeterminate
+    waiting --a workflow step never run, upstream failed or cancelled--> cancelled
+    cancelled --the operator retries the step upstream that called it off--> waiting
 
 This module is pure: it names the states and transitions and answers whether a transition
 applies to a state. ``scheduler_core.storage`` is the only module that writes ``Job.state``, and
@@ -65,6 +67,9 @@ class Transition:
     """True when the write is made on behalf of an attempt and must carry its fence."""
     operator: bool = False
     """True when only an audited operator action may make it."""
+    follows: bool = False
+    """True when it is written only in the transaction of another job's guarded end (a
+    workflow step's, :mod:`scheduler_core.storage.workflows`), never on its own."""
 
     def applies_to(self, state: State | str) -> bool:
         """Whether a job in ``state`` may take this transition."""
@@ -72,10 +77,21 @@ class Transition:
 
 
 def _t(
-    name: str, sources: set[State], target: State, *, fenced: bool, operator: bool = False
+    name: str,
+    sources: set[State],
+    target: State,
+    *,
+    fenced: bool,
+    operator: bool = False,
+    follows: bool = False,
 ) -> Transition:
     return Transition(
-        name=name, sources=frozenset(sources), target=target, fenced=fenced, operator=operator
+        name=name,
+        sources=frozenset(sources),
+        target=target,
+        fenced=fenced,
+        operator=operator,
+        follows=follows,
     )
 
 
@@ -114,6 +130,13 @@ OP_HOLD = _t("operator_hold", {W}, I, fenced=False, operator=True)
 no fact stated: the job stops running, but ``cancelled`` would hide the effect in question."""
 OP_RESOLVE = _t("operator_resolve", {F, I}, S, fenced=False, operator=True)
 OP_GIVE_UP = _t("operator_give_up", {I}, F, fenced=False, operator=True)
+UPSTREAM_CANCEL = _t("upstream_cancel", {W}, C, fenced=False, follows=True)
+"""A workflow step never run ends cancelled because a step it depends on (or, under the
+workflow's ``cancel`` policy, any of its steps) failed or was cancelled: written in the
+transaction of that step's end, which its own guard (fence or version) conditioned."""
+UPSTREAM_RETRY = _t("upstream_retry", {C}, W, fenced=False, operator=True)
+"""A step called off by :data:`UPSTREAM_CANCEL` waits again when an operator retries the step
+whose end called it off (in the same transaction and audit as that retry)."""
 
 TRANSITIONS: tuple[Transition, ...] = (
     CLAIM,
@@ -133,6 +156,8 @@ TRANSITIONS: tuple[Transition, ...] = (
     OP_HOLD,
     OP_RESOLVE,
     OP_GIVE_UP,
+    UPSTREAM_CANCEL,
+    UPSTREAM_RETRY,
 )
 BY_NAME: dict[str, Transition] = {t.name: t for t in TRANSITIONS}
 
@@ -143,3 +168,22 @@ def allowed(source: State | str, target: State | str) -> bool:
 
 
 STATE_CHOICES = [(s.value, s.value) for s in State]
+
+OPERATOR_OUTCOMES: dict[str, str] = {
+    "retry": "retry requested: waiting again",
+    "resolve": "resolved: marked succeeded",
+    "cancel": "cancelled: it never runs again",
+    "give_up": "given up: marked failed",
+    "cancel_running": "cancel requested: the running attempt stops at its next heartbeat",
+}
+"""What each operator action (``operator_action(action=...)``) did, as the console and the
+command line say it."""
+
+
+def what_happened(action: str, before: str, after: str) -> str:
+    """An operator action's outcome in words, with the state it left (``retry requested:
+    waiting again (was failed)``); an unknown action falls back to the two states."""
+    words = OPERATOR_OUTCOMES.get(action)
+    if words is None:
+        return f"{action}: {before} to {after}"
+    return f"{words} (was {before})" if before != after else words

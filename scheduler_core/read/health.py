@@ -7,7 +7,18 @@ import datetime as dt
 from typing import Any
 
 from django.apps import apps
-from django.db.models import BooleanField, Count, ExpressionWrapper, F, Max, Q
+from django.db.models import (
+    BooleanField,
+    Count,
+    ExpressionWrapper,
+    F,
+    IntegerField,
+    Max,
+    OuterRef,
+    Q,
+    Subquery,
+)
+from django.db.models.functions import Coalesce
 
 from ..conf import executor_stale_seconds, tenure_settings
 from ..domain.states import State
@@ -15,6 +26,7 @@ from ..models import Attempt, CountSnapshot, Executor, Job, Queue, StaleWrite
 from ..storage.clock import DbNow, DbNowLessLeaseShare
 from ..storage.drivers import driver
 from ..storage.records import IndexSize, TableSpace
+from . import failover
 
 
 def state_counts() -> dict[str, int]:
@@ -25,12 +37,18 @@ def state_counts() -> dict[str, int]:
     return counts
 
 
+HELD_CATEGORIES: tuple[str, ...] = ("paused", "concurrency_limited", "rate_limited")
+"""Due jobs a queue's settings hold back, by what holds them (a part of no other waiting
+category: they are neither "due" nor "stuck")."""
+
 HEALTH_CATEGORIES: tuple[str, ...] = (
     "waiting_due",
     "waiting_scheduled",
     "waiting_backing_off",
     "stuck",
     "paused",
+    "concurrency_limited",
+    "rate_limited",
     "running",
     "overrunning",
     "abandoned",
@@ -45,18 +63,25 @@ RECENT_SECONDS = 3600.0
 
 
 def health_q(category: str) -> Q:
-    """The filter that defines one health category (or ``succeeded_recently``).
+    """The filter that defines one health category (or ``succeeded_recently``, or
+    ``due_now``: waiting and due, held back or not).
 
     One definition serves the counts and the dashboard's job list, so they cannot disagree.
     Every time is the database's. Raises ``KeyError`` for an unknown category.
 
-    * ``waiting_due``: waiting and due now (``run_at <= now``); ``waiting_scheduled``: waiting
-      for a future first attempt; ``waiting_backing_off``: waiting for a future retry after
-      at least one spent attempt. The three partition ``waiting``.
-    * ``stuck``: due but unclaimed for longer than ``STUCK_AFTER_SECONDS`` (a part of
-      ``waiting_due``): no executor is taking the job's queue. A paused queue's jobs are not
-      stuck: ``paused`` counts them instead (due, waiting in a queue an operator paused; a part
-      of ``waiting_due``), so the overview says why they wait.
+    * Due jobs (``run_at <= now``) that their queue's settings hold back are counted under what
+      holds them, first match wins: ``paused`` (an operator paused the queue),
+      ``concurrency_limited`` (the queue has ``max_leased`` jobs leased already) and
+      ``rate_limited`` (the queue has ``max_per_second`` and a claim consulted its bucket
+      within ``STUCK_AFTER_SECONDS``: executors are asking and the limit answers; with no one
+      asking, its jobs are due and, in time, stuck).
+    * ``waiting_due``: waiting, due now and held back by nothing; ``waiting_scheduled``:
+      waiting for a future first attempt; ``waiting_backing_off``: waiting for a future retry
+      after at least one spent attempt. These three and the held categories partition
+      ``waiting``.
+    * ``stuck``: due, held back by nothing, and unclaimed for longer than
+      ``STUCK_AFTER_SECONDS`` (a part of ``waiting_due``): no executor is taking the job's
+      queue.
     * ``running``: leased, within its maximum runtime, lease unexpired and heartbeat fresh;
       ``overrunning``: leased past its maximum runtime (it may no longer renew, complete or
       start an effect; the reaper moves it on once its lease runs out); ``abandoned``: leased
@@ -75,16 +100,31 @@ def health_q(category: str) -> Q:
     overrun = Q(deadline_at__lte=DbNow())
     n = s.FAILING_REPEATEDLY_ATTEMPTS
     # An uncorrelated ``IN (SELECT ...)``: evaluated once per statement as a hashed set, and
-    # costed so. The correlated EXISTS it replaces was costed per row inside the overview's
-    # aggregate FILTERs, which lifted that statement over PostgreSQL's JIT threshold: a second
-    # of compiling for a 60 ms count at 1,000,000 jobs (make bench).
+    # costed so; a correlated EXISTS here lifts the overview over the JIT threshold
+    # (docs/architecture.md, "Why some statements look as they do").
+    rows = Queue.objects.filter(paused=False)
     paused = Q(queue__in=Queue.objects.filter(paused=True).values("name"))
+    full = Q(
+        queue__in=rows.filter(max_leased__isnull=False, max_leased__lte=_leased_in_queue()).values(
+            "name"
+        )
+    )
+    asked = Q(
+        queue__in=rows.filter(
+            max_per_second__isnull=False, tokens_at__gt=DbNow(-s.STUCK_AFTER_SECONDS)
+        ).values("name")
+    )
+    held = paused | full | asked
+    due = waiting & Q(run_at__lte=DbNow())
     return {
-        "waiting_due": waiting & Q(run_at__lte=DbNow()),
+        "due_now": due,
+        "waiting_due": due & ~held,
         "waiting_scheduled": waiting & Q(run_at__gt=DbNow()) & Q(attempts=0),
         "waiting_backing_off": waiting & Q(run_at__gt=DbNow()) & Q(attempts__gt=0),
-        "stuck": waiting & Q(run_at__lt=DbNow(-s.STUCK_AFTER_SECONDS)) & ~paused,
-        "paused": waiting & Q(run_at__lte=DbNow()) & paused,
+        "stuck": waiting & Q(run_at__lt=DbNow(-s.STUCK_AFTER_SECONDS)) & ~held,
+        "paused": due & paused,
+        "concurrency_limited": due & ~paused & full,
+        "rate_limited": due & ~paused & ~full & asked,
         "running": leased & ~overrun & alive,
         "overrunning": leased & overrun,
         "abandoned": leased & ~overrun & ~alive,
@@ -93,6 +133,21 @@ def health_q(category: str) -> Q:
         "failed": Q(state=State.FAILED),
         "succeeded_recently": Q(state=State.SUCCEEDED, finished_at__gt=DbNow(-RECENT_SECONDS)),
     }[category]
+
+
+def _leased_in_queue() -> Any:
+    """How many jobs of the outer ``Queue`` row's queue are leased now (a subquery)."""
+    return Coalesce(
+        Subquery(
+            Job.objects.filter(queue=OuterRef("name"), state=State.LEASED)
+            .order_by()
+            .values("queue")
+            .annotate(n=Count("id"))
+            .values("n")[:1],
+            output_field=IntegerField(),
+        ),
+        0,
+    )
 
 
 # The categories that are a whole state: counted by state (through the state index), not
@@ -130,7 +185,8 @@ def _counted(jobs: Any) -> tuple[list[dict[str, Any]], dict[str, int]]:
             "name": r["name"],
             "state": r["state"],
             "n": r["n"],
-            "due": r["waiting_due"],
+            "due": r["waiting_due"] + sum(r[c] for c in HELD_CATEGORIES),
+            **{c: r[c] for c in HELD_CATEGORIES},
         }
         for r in rows
     ]
@@ -207,16 +263,22 @@ def fold_counts(rows: list[dict[str, Any]], field: str | None) -> Any:
 
 
 def queue_counts(rows: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
-    """Per queue, from :func:`overview_counts` rows: ``waiting``, ``due`` (waiting and due now)
-    and ``leased`` -- the figures :func:`scheduler_core.read.queues.queue_overview` counts."""
+    """Per queue, from :func:`overview_counts` rows: ``waiting``, ``due`` (waiting and due now,
+    held back or not), ``leased`` and each of :data:`HELD_CATEGORIES` -- the figures
+    :func:`scheduler_core.read.queues.queue_overview` counts."""
     out: dict[str, dict[str, int]] = {}
     for r in rows:
         if r["state"] not in (State.WAITING, State.LEASED):
             continue
-        per = out.setdefault(r["queue"], {"waiting": 0, "due": 0, "leased": 0})
+        per = out.setdefault(
+            r["queue"],
+            {"waiting": 0, "due": 0, "leased": 0, **{c: 0 for c in HELD_CATEGORIES}},
+        )
         if r["state"] == State.WAITING:
             per["waiting"] += r["n"]
             per["due"] += r.get("due", 0)
+            for c in HELD_CATEGORIES:
+                per[c] += r.get(c, 0)
         else:
             per["leased"] += r["n"]
     return out
@@ -277,6 +339,7 @@ def status() -> dict[str, Any]:
         "executors": {"alive": len(execs), "list": execs},
         "stale_writes_refused": stale_writes(),
         "database": database_pressure(),
+        "failover": failover.failover(),
     }
 
 

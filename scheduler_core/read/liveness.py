@@ -19,7 +19,8 @@ from ..conf import executor_stale_seconds, tenure_settings
 from ..models import Executor
 from ..storage.clock import DbNow
 from ..storage.drivers import driver
-from . import health
+from . import failover, health
+from .queues import queue_overview
 
 SCHEDULER_TRANSPORT = "scheduler"
 """The ``Executor.transport`` of ``run_scheduler``'s liveness row."""
@@ -120,9 +121,14 @@ class Reason:
     level: str
     key: str
     text: str
+    queue: str = ""
+    """The queue the reason is about (its pause or limit), for a link; empty: none."""
 
     def as_dict(self) -> dict[str, str]:
-        return {"level": self.level, "key": self.key, "text": self.text}
+        out = {"level": self.level, "key": self.key, "text": self.text}
+        if self.queue:
+            out["queue"] = self.queue
+        return out
 
 
 @dataclass(frozen=True)
@@ -159,6 +165,8 @@ def assess(
     categories: dict[str, int] | None = None,
     executors: list[dict[str, Any]] | None = None,
     pressure: dict[str, Any] | bool | None = False,
+    failed_over: dict[str, Any] | None = None,
+    queue_rows: list[dict[str, Any]] | None = None,
 ) -> Assessment:
     """The verdict, from the health categories, the live executors and the database's
     pressure (each read here unless the caller already has it; ``pressure`` a bool: read it).
@@ -166,9 +174,17 @@ def assess(
     * **down**: no live executor while jobs are due (``waiting_due``); ``run_scheduler`` not
       running (nothing reaps expired leases or fires schedules).
     * **degraded**: stuck, abandoned or overrunning jobs; jobs failing repeatedly;
-      indeterminate jobs waiting for an operator; the database holding the queue back (an old
-      snapshot with dead rows piling up, ``health.database_pressure``).
+      indeterminate jobs waiting for an operator; workflow steps held by an indeterminate
+      step before them; the database holding the queue back (an old snapshot with dead rows
+      piling up, ``health.database_pressure``); the store failed over within
+      ``failover.NOTICE_SECONDS`` (``failed_over``, read here unless given: which jobs may have
+      run twice is for a person to see).
     * **healthy**: none of these.
+
+    Due jobs a queue's pause or limits hold back are not stuck: each such queue is named in a
+    reason of its own, at the level of the rest (it degrades nothing), saying what holds it
+    (``queue_rows``: :func:`scheduler_core.read.queues.queue_overview`, read here when any
+    job is held back and the caller has none).
     """
     c = health.health_counts() if categories is None else categories
     execs = health.executors() if executors is None else executors
@@ -217,6 +233,23 @@ def assess(
         n = int(c.get(key, 0))
         if n:
             reasons.append(Reason(DEGRADED, key, _n(n, one, many) + "."))
+    if int(c.get("indeterminate", 0)):
+        # Only a step after an indeterminate one is held: none can be without one.
+        held = driver().held_steps()
+        if held:
+            reasons.append(
+                Reason(
+                    DEGRADED,
+                    "held_steps",
+                    _n(
+                        held,
+                        "workflow step held by an unknown outcome",
+                        "workflow steps held by an unknown outcome",
+                    )
+                    + " (a step before it is indeterminate): it runs once an operator settles "
+                    "that step.",
+                )
+            )
     if db and db.get("held_back"):
         reasons.append(
             Reason(
@@ -226,6 +259,17 @@ def assess(
                 f"{db['oldest_snapshot_seconds']:.0f} s, {db['job_dead_rows']} dead job rows.",
             )
         )
+    fo = failover.failover() if failed_over is None else failed_over
+    if failover.recent(fo, now=driver().now()):
+        reasons.append(Reason(DEGRADED, "failover", failover.sentence(fo)))
+    if any(int(c.get(h, 0)) for h in health.HELD_CATEGORIES):
+        for row in queue_overview() if queue_rows is None else queue_rows:
+            if row["held"]:
+                reasons.append(
+                    Reason(
+                        HEALTHY, "held_back", f"Queue {row['name']}: {row['holds']}.", row["name"]
+                    )
+                )
     verdict = max((r.level for r in reasons), key=LEVELS.index, default=HEALTHY)
     return Assessment(
         verdict=verdict,

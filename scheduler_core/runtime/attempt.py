@@ -15,21 +15,25 @@ from collections.abc import Callable
 from typing import Any
 
 import scheduler_core.hooks as hooks
+import scheduler_core.tracing as tracing
 
 from ..api import policy, registry
+from ..api.results import checked_result
 from ..conf import tenure_settings
 from ..domain import outcomes, states
 from ..domain.classify import FailureClass, PayloadMismatch, classify, retry_after_of
 from ..domain.modes import EffectMode
 from ..domain.outcomes import Decision, Kind, Reconciliation, Situation
 from ..exceptions import JobCancelled, Snooze, StaleAttempt
+from ..models import Effect
 from ..read import metrics
 from ..storage.drivers import driver
 from ..storage.records import Failure, Lease
 from .completion import NextClaim, complete_read_back
-from .context import EffectRef, JobContext
+from .context import EffectRef, JobContext, effect_recorded
 from .heartbeat import Heartbeater
 from .invoke import invoke
+from .observe import finished, logged_end, started
 
 log = logging.getLogger("tenure.executor")
 
@@ -63,27 +67,36 @@ def run_lease(
     rng = rng or random.Random()
     ctx = JobContext(lease)
     jt = registry.get(lease.name)
+    ctx.sender = jt
     if heartbeater is not None:
         heartbeater.add(ctx)
-    started = time.monotonic()
+    began = time.monotonic()
     outcome = ""
+    started(ctx, jt)
     try:
-        hooks.failpoint("after_claim")
-        if jt is None:
-            outcome = _park_unregistered(ctx)
-        elif lease.kind == outcomes.Kind.RECONCILE:
-            outcome = _reconcile(ctx, jt, rng)
-        else:
-            outcome = _run(ctx, jt, rng, next_claim, defer)
+        with tracing.current(ctx.span):
+            hooks.failpoint("after_claim")
+            if jt is None:
+                outcome = _park_unregistered(ctx)
+            elif lease.kind == outcomes.Kind.RECONCILE:
+                outcome = _reconcile(ctx, jt, rng)
+            else:
+                outcome = _run(ctx, jt, rng, next_claim, defer)
     except StaleAttempt as e:
         metrics.stale_refused(e.write)
         driver().record_stale(e, lease.executor)
         outcome = "stale"
+    except BaseException as e:
+        tracing.end_attempt(ctx.span, "error", e)
+        raise
     finally:
-        metrics.attempt_finished(lease.name, time.monotonic() - started)
+        metrics.attempt_finished(lease.name, time.monotonic() - began)
         # A deferred completion keeps its lease renewed until it is written.
         if heartbeater is not None and outcome != "deferred":
             heartbeater.remove(ctx)
+    if outcome != "deferred":
+        # Its end has committed (a deferred one's is announced where it is written).
+        finished(ctx, jt, outcome)
     return outcome
 
 
@@ -108,29 +121,34 @@ def _run(
             inspect.signature(handler).bind(ctx, **lease.payload)
         except TypeError as e:
             raise PayloadMismatch(str(e)) from None
+        if lease.workflow_id is not None and registry.is_async(handler):
+            # An async def handler reads no database itself: its parents' results are read
+            # before it runs. A plain handler reads them on first use.
+            ctx.load_parent_results()
         if jt.effect == EffectMode.TRANSACTIONAL:
             # The handler's writes, its ledger rows and the fenced completion commit together;
             # a refused completion rolls all of them back. Not retried here: the handler's
             # writes would have to be made again, which is the next attempt's job.
             def commit_all() -> None:
                 driver().limit_handler_idle(lease)
-                invoke(handler, ctx, **lease.payload)
+                ctx.result = checked_result(invoke(handler, ctx, **lease.payload))
                 hooks.failpoint("before_complete")
-                driver().complete(lease)
+                driver().complete(lease, result=ctx.result)
                 if nxt is not None:
                     nxt.claim_in_transaction()
 
             complete_read_back(lease, commit_all, tries=1)
         else:
-            invoke(handler, ctx, **lease.payload)
+            # A value that cannot be kept fails the attempt here, before any completion.
+            ctx.result = checked_result(invoke(handler, ctx, **lease.payload))
             hooks.failpoint("before_complete")
             if defer is not None and defer(ctx):
                 return "deferred"
 
             def complete() -> int | None:
                 if nxt is not None:
-                    return nxt.complete_and_claim(lease)
-                return driver().complete(lease)
+                    return nxt.complete_and_claim(lease, result=ctx.result)
+                return driver().complete(lease, result=ctx.result)
 
             complete_read_back(lease, complete, xid_from_fn=True)
         if nxt is not None:
@@ -150,6 +168,9 @@ def _run(
             return _end_with_error(ctx, jt, s, rng)
         decision = outcomes.after_snooze(_situation(ctx, jt), s.seconds, policy=jt.retry_policy)
         driver().finish(lease, decision, outcome=_outcome_label(decision))
+        logged_end(
+            lease, _outcome_label(decision), decision.transition.target, why=f"snoozed {s.seconds}s"
+        )
         return _outcome_label(decision)
     except Exception as exc:
         # EffectsUnsettled (the completion refused while the ledger holds an effect that may
@@ -191,13 +212,8 @@ def end_cancelled(ctx: JobContext, exc: BaseException, *, rng: random.Random | N
         # Still this attempt's, so no request was recorded: not a cancel at all.
         return _end_with_error(ctx, jt, exc, rng or random.Random())
     ctx.mark_cancel_requested()
-    log.info(
-        "job %s (%s) attempt %s: %s after a cancel request",
-        lease.job_id,
-        lease.name,
-        lease.attempt,
-        decision.transition.target.value,
-    )
+    ctx.error = exc
+    logged_end(lease, outcome, decision.transition.target, why="stopped after a cancel request")
     return outcome
 
 
@@ -209,8 +225,8 @@ def _park_unregistered(ctx: JobContext) -> str:
         error_type="",
         message=f"no handler registered as {ctx.lease.name!r} in this process",
     )
-    log.warning("job %s: %s", ctx.job_id, decision.reason)
     driver().finish(ctx.lease, decision, outcome=_outcome_label(decision), failure=failure)
+    logged_end(ctx.lease, _outcome_label(decision), decision.transition.target, why=decision.reason)
     return _outcome_label(decision)
 
 
@@ -255,17 +271,13 @@ def _end_with_error(
         message=str(exc),
         traceback="".join(traceback.format_exception(exc)),
     )
-    log.info(
-        "job %s (%s) attempt %s: %s %s -> %s",
-        lease.job_id,
-        lease.name,
-        lease.attempt,
-        failure_class.value,
-        failure.error_type,
-        decision.transition.target.value,
+    outcome = _outcome_label(decision)
+    driver().finish(lease, decision, outcome=outcome, failure=failure)
+    ctx.error = exc
+    logged_end(
+        lease, outcome, decision.transition.target, error=exc, error_class=failure_class.value
     )
-    driver().finish(lease, decision, outcome=_outcome_label(decision), failure=failure)
-    return _outcome_label(decision)
+    return outcome
 
 
 def _situation(ctx: JobContext, jt: registry.JobType) -> Situation:
@@ -314,8 +326,8 @@ def _reconcile(ctx: JobContext, jt: registry.JobType, rng: random.Random) -> str
         answered = answer
         if answer == Reconciliation.UNKNOWN:
             still.append(name)
-        elif ref is not None:
-            driver().reconciled(lease, answer, name=ref.name)
+        elif ref is not None and driver().reconciled(lease, answer, name=ref.name):
+            effect_recorded(ctx, ref.name, ref.key, _SETTLED[answer])
     error = worst[1] if worst else None
     decision = outcomes.after_reconcile(
         _situation(ctx, jt),
@@ -343,9 +355,25 @@ def _reconcile(ctx: JobContext, jt: registry.JobType, rng: random.Random) -> str
     else:
         outcome = "reconciled" if not still else "reconciled_unknown"
     driver().finish(lease, decision, outcome=outcome, failure=failure)
+    ctx.error = error
+    logged_end(
+        lease,
+        outcome,
+        decision.transition.target,
+        error=error,
+        error_class=worst[0].value if worst else "",
+        why=decision.reason,
+    )
     if outcome == "reconciled":
         return "reconciled"
     return _outcome_label(decision)
+
+
+_SETTLED = {
+    Reconciliation.APPLIED: Effect.APPLIED,
+    Reconciliation.NOT_APPLIED: Effect.NOT_APPLIED,
+}
+"""The ledger state a reconcile answer settles an effect in."""
 
 
 def _ask(jt: registry.JobType, ctx: JobContext, ref: EffectRef | None) -> Any:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from django.db import InterfaceError, OperationalError
 
@@ -79,8 +80,10 @@ def commit_and_read_back(
     caller learned from ``fn``'s statements stands only when this returns. When the
     connection breaks after ``fn`` returned, the outcome is read back: on PostgreSQL by the
     transaction's id (taken first, or returned by ``fn`` with ``xid_from_fn``) and
-    ``txid_status``, waiting while the server says it is in progress; elsewhere ``landed``
-    reads a row the transaction wrote. A break before ``fn`` returned sent no ``COMMIT``: that
+    ``txid_status``, waiting while the server says it is in progress, and a "committed"
+    confirmed by ``landed`` (after a crash the server can give an id its log never recorded
+    to a later transaction, whose commit would otherwise be taken for this one's); elsewhere
+    ``landed`` alone reads a row the transaction wrote. A break before ``fn`` returned sent no ``COMMIT``: that
     try rolled back and is made again. ``in_commit`` is the failpoint between the writes and
     ``COMMIT``.
     """
@@ -95,6 +98,10 @@ def commit_and_read_back(
                 status = driver().transaction_status(xid)
                 if status == "in progress":
                     raise _Undecided
+                if status == "committed" and not landed():
+                    # A server that crashed gives the ids its log never recorded to later
+                    # transactions: "committed" may be another's. A row ours wrote says.
+                    return "aborted"
                 # None: the server no longer knows the transaction, too old to tell.
                 return str(status) if status in ("committed", "aborted") else "unknown"
             except (OperationalError, InterfaceError, _Undecided) as e:
@@ -199,12 +206,16 @@ class NextClaim:
         if n > 0:
             self._pending = driver().claim(executor=self.executor, queues=self.queues, limit=n)
 
-    def complete_and_claim(self, lease: Lease) -> int | None:
-        """Write ``lease``'s completion and the claim in one statement
+    def complete_and_claim(self, lease: Lease, *, result: Any = None) -> int | None:
+        """Write ``lease``'s completion (with its ``result``) and the claim in one statement
         (:func:`scheduler_core.storage.base.Driver.complete_and_claim`); returns the transaction's id."""
         self._pending = []
         xid, self._pending = driver().complete_and_claim(
-            lease, executor=self.executor, queues=self.queues, limit=self._wanted()
+            lease,
+            executor=self.executor,
+            queues=self.queues,
+            limit=self._wanted(),
+            result=result,
         )
         return xid
 

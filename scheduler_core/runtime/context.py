@@ -8,10 +8,13 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import TracebackType
+from typing import Any
 
 from asgiref.sync import sync_to_async
 
 import scheduler_core.hooks as hooks
+import scheduler_core.signals as signals
+import scheduler_core.tracing as tracing
 
 from ..domain.classify import is_ambiguous_in_flight, is_refused_before_send
 from ..exceptions import JobCancelled, Permanent, Snooze, StaleAttempt, Transient
@@ -45,7 +48,7 @@ class JobContext:
     def __init__(self, lease: Lease) -> None:
         self.lease = lease
         self.job_id = lease.job_id
-        self.attempt = lease.attempt
+        self.attempt = lease.number
         self.fence = lease.fence
         self.kind = lease.kind
         self.name = lease.name
@@ -60,6 +63,18 @@ class JobContext:
         self.reconciling: EffectRef | None = None
         """In a reconcile attempt, the effect the reconcile function is being asked about (it
         is asked once per effect of unknown outcome; its answer settles that effect only)."""
+        self.sender: Any = None
+        """The job's type (what ``@job`` returned): the sender of the attempt's signals."""
+        self.error: BaseException | None = None
+        """The error the attempt's end was written for (None: it ended without one)."""
+        self.span: Any = None
+        """The attempt's span while tracing is on (:mod:`scheduler_core.tracing`)."""
+        self.result: Any = None
+        """What the handler returned, once it has returned and the value was found fit to
+        keep (:func:`~scheduler_core.api.results.checked_result`): the completion stores it."""
+        self.workflow_id = lease.workflow_id
+        """The workflow this job is a step of (None: an ordinary job)."""
+        self._parent_results: dict[str, Any] | None = None
 
     @property
     def lost(self) -> bool:
@@ -99,6 +114,21 @@ class JobContext:
                     self._on_lost.remove(callback)
 
         return withdraw
+
+    @property
+    def parent_results(self) -> dict[str, Any]:
+        """In a workflow step: ``{parent step name: what its succeeded attempt returned}``
+        (read once, on first use; a parent an operator resolved returned nothing: None).
+        Empty for a step without parents and for an ordinary job."""
+        if self._parent_results is None:
+            self.load_parent_results()
+        return self._parent_results or {}
+
+    def load_parent_results(self) -> None:
+        """Read :attr:`parent_results` now (the runtime does, before the handler runs)."""
+        self._parent_results = (
+            driver().parent_results(self.job_id) if self.workflow_id is not None else {}
+        )
 
     @property
     def cancelled(self) -> bool:
@@ -173,6 +203,36 @@ def refuse_in_event_loop(call: str, instead: str) -> None:
     )
 
 
+def effect_recorded(ctx: JobContext, effect: str, key: str, state: str) -> None:
+    """Send ``effect_recorded`` for ``ctx``'s ledger write of ``effect`` in ``state`` once that
+    write commits (a ``transactional`` job's commits with the job's transaction)."""
+    if not signals.effect_recorded.receivers:
+        return
+    lease = ctx.lease
+    arguments = {
+        "job_id": lease.job_id,
+        "name": lease.name,
+        "queue": lease.queue,
+        "attempt": lease.number,
+        "fence": lease.fence,
+        "effect": effect,
+        "key": key,
+        "state": state,
+    }
+    sender = ctx.sender
+    after_commit(lambda: signals.send(signals.effect_recorded, sender, **arguments))
+
+
+def after_commit(fn: Callable[[], None]) -> None:
+    """Run ``fn`` once the open transaction on Tenure's database commits, at once outside one
+    (without opening a connection to ask)."""
+    conn = driver().connection
+    if conn.in_atomic_block:
+        conn.on_commit(fn)
+    else:
+        fn()
+
+
 class EffectScope:
     """Context manager around one business effect.
 
@@ -204,6 +264,7 @@ class EffectScope:
         self.done = False
         self.destination_ref = ""
         self.note = ""
+        self._span: Any = None
 
     def __enter__(self) -> EffectScope:
         refuse_in_event_loop('with ctx.effect("...")', 'async with ctx.effect("...")')
@@ -222,17 +283,36 @@ class EffectScope:
 
     def _enter(self) -> EffectScope:
         self.ctx.check("effect_intent")
+        if self.ctx.span is not None:
+            self._span = tracing.start_effect(
+                self.name,
+                {"tenure.job.id": self.ctx.job_id, "tenure.fence": self.ctx.fence},
+            )
         try:
             row = driver().effect_intend(self.ctx.lease, self.name)
         except JobCancelled:
             # The database refused the intent because an operator asked the attempt to stop.
             self.ctx.mark_cancel_requested()
+            self._ended("", "refused")
+            raise
+        except BaseException:
+            self._ended("", "refused")
             raise
         self.key = row.key
         self.done = row.state == Effect.APPLIED
-        if not self.done:
+        if self.done:
+            self._ended(row.key, Effect.APPLIED)
+        else:
+            self._recorded(Effect.INTENDED)
             hooks.failpoint("before_effect")
         return self
+
+    def _recorded(self, state: str) -> None:
+        effect_recorded(self.ctx, self.name, self.key, state)
+
+    def _ended(self, key: str, state: str) -> None:
+        span, self._span = self._span, None
+        tracing.end_effect(span, key, state)
 
     def applied(self, destination_ref: str = "", note: str = "") -> None:
         """Attach the destination's reference (for example its charge id) to the record."""
@@ -252,16 +332,23 @@ class EffectScope:
             return
         if exc is None:
             hooks.failpoint("after_effect")
-            driver().effect_settle(
-                self.ctx.lease,
-                self.key,
-                Effect.APPLIED,
-                destination_ref=self.destination_ref,
-                note=self.note,
-                name=self.name,
-            )
+            try:
+                driver().effect_settle(
+                    self.ctx.lease,
+                    self.key,
+                    Effect.APPLIED,
+                    destination_ref=self.destination_ref,
+                    note=self.note,
+                    name=self.name,
+                )
+            except BaseException:
+                self._ended(self.key, "refused")
+                raise
+            self._ended(self.key, Effect.APPLIED)
+            self._recorded(Effect.APPLIED)
             return
         if isinstance(exc, StaleAttempt):
+            self._ended(self.key, "refused")
             return
         # The handler's own Transient/Permanent/Snooze assert nothing happened; otherwise the
         # classifier's rule decides whether the request can have left (one rule, one place).
@@ -280,6 +367,11 @@ class EffectScope:
             # reads it (has_unsettled_effect).
             driver().effect_settle(self.ctx.lease, self.key, state, note=note)
         except StaleAttempt as stale:
+            self._ended(self.key, "refused")
             driver().record_stale(stale, self.ctx.lease.executor)
         except Exception:  # the original error matters more than the ledger note
+            self._ended(self.key, "refused")
             log.exception("job %s: could not record effect outcome", self.ctx.job_id)
+        else:
+            self._ended(self.key, state)
+            self._recorded(state)

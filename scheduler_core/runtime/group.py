@@ -20,6 +20,7 @@ from .attempt import end_cancelled, end_with_error
 from .completion import commit_and_read_back
 from .context import JobContext
 from .heartbeat import Heartbeater
+from .observe import abandoned, finished
 
 log = logging.getLogger("tenure.executor")
 
@@ -59,6 +60,7 @@ def write_completions(
     database lost) leaves every attempt to its lease and runs none of the claims.
     """
     leases = [ctx.lease for ctx in pending]
+    results = {c.lease.attempt_id: c.result for c in pending if c.result is not None}
     matched: set[int] = set()
     got: list[Lease] = []
 
@@ -70,7 +72,7 @@ def write_completions(
         got.clear()
         hooks.failpoint("before_group_commit")
         xid, done, claimed = driver().complete_many_and_claim(
-            leases, executor=executor_id, queues=queues, limit=want
+            leases, executor=executor_id, queues=queues, limit=want, results=results
         )
         matched.update(done)
         got.extend(claimed)
@@ -105,16 +107,21 @@ def write_completions(
         )
         for ctx in pending:
             heartbeater.remove(ctx)
+            abandoned(ctx, e)
         return Written()
     out = Written(got=list(got))
     for ctx in pending:
         heartbeater.remove(ctx)
         if ctx.lease.job_id in matched:
             out.ended.append((ctx.lease, "succeeded"))
+            finished(ctx, ctx.sender, "succeeded")
         else:
             outcome = _refused_completion(ctx, executor_id)
             if outcome is not None:
                 out.ended.append((ctx.lease, outcome))
+                finished(ctx, ctx.sender, outcome)
+            else:
+                abandoned(ctx, RuntimeError("completion refused, and why could not be read"))
     return out
 
 

@@ -105,6 +105,8 @@ def refresh_counts() -> bool:
 
 def run_once() -> dict[str, Any]:
     """One round of every maintenance service."""
+    # Dates a promotion of the store's server to within a round (``read.failover``).
+    driver().record_timeline()
     reaped = reaper.reap_once()
     # Idempotent: writes only when a code-declared schedule is new or changed.
     scheduling.sync_code_schedules()

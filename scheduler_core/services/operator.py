@@ -22,6 +22,7 @@ from ..conf import tenure_settings
 from ..domain import states
 from ..domain.modes import EffectMode
 from ..domain.outcomes import Kind
+from ..domain.reasons import check_reason
 from ..exceptions import ActionConflict, ActionRefused
 from ..models import AuditEntry, Effect, Job
 from ..storage.clock import DbNow
@@ -106,9 +107,7 @@ def operator_action(
     owners the operator saw. Every retry waits out the grace such an owner is given
     (:attr:`~scheduler_core.storage.records.InFlightOwner.clear_at`).
     """
-    reason = (reason or "").strip()
-    if not reason:
-        raise ActionRefused("a reason is required")
+    reason = check_reason(reason)
     d = driver()
     with d.atomic():
         job = Job.objects.using(d.alias).filter(pk=job_id).first()
@@ -165,13 +164,15 @@ def operator_action(
             )
         for row in named:
             d.record_operator_fact(row, effect_state=effect_state, actor=actor, reason=reason)
+        # A workflow step's other steps move with it, in this transaction and audit row.
+        moved = d.operator_moved_step(job_id, t.target)
         before = job.state
         job.refresh_from_db()
         audit = d.audit(
             job=job,
             actor=actor,
             action=action,
-            reason=reason[:4000],
+            reason=reason,
             verified=verified,
             state_before=before,
             state_after=job.state,
@@ -182,6 +183,7 @@ def operator_action(
                 "effects": [row.name for row in named],
                 "in_flight_owners": [o.executor for o in owners],
                 "accepted_in_flight": bool(owners and accept_in_flight),
+                **({"workflow_steps_moved": moved} if moved else {}),
                 **(
                     {
                         "cancel_requested_at": job.cancel_requested_at.isoformat(),
@@ -376,8 +378,7 @@ def bulk_operator_action(
     """
     if action not in BULK_ACTIONS:
         raise ActionRefused(f"bulk action must be one of {sorted(BULK_ACTIONS)}")
-    if not (reason or "").strip():
-        raise ActionRefused("a reason is required")
+    reason = check_reason(reason)
     d = driver()
     with d.atomic():
         matched = list(

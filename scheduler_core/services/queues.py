@@ -19,15 +19,15 @@ from datetime import datetime
 from typing import Any
 
 from ..domain.queues import LimitError, check_limits
+from ..domain.reasons import check_reason
 from ..exceptions import ActionConflict, ActionRefused
 from ..models import AuditEntry, Queue
+from ..read.queues import is_known_queue, known_queues
 from ..storage.clock import DbNow
 from ..storage.drivers import driver
 
 QUEUE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,99}$")
 """A queue's name as jobs declare it: 1..100 letters, digits, ``.``, ``_``, ``:`` or ``-``."""
-
-REASON_MAX_CHARS = 4000
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -87,10 +87,16 @@ def all_queue_settings() -> dict[str, QueueSettings]:
 
 
 def pause(
-    queue: str, *, actor: str, reason: str, expected_version: int | None = None
+    queue: str,
+    *,
+    actor: str,
+    reason: str,
+    expected_version: int | None = None,
+    create: bool = False,
 ) -> QueueActionResult:
     """Pause ``queue``: from the commit on, no executor or transport claims its jobs; the
-    ones running finish. Refused if it is paused already."""
+    ones running finish. Refused if it is paused already, and for a queue Tenure does not
+    know (:func:`scheduler_core.read.queues.is_known_queue`: a typo) unless ``create``."""
 
     def change(before: QueueSettings) -> dict[str, Any]:
         if before.paused:
@@ -104,7 +110,15 @@ def pause(
             "paused_at": DbNow(),
         }
 
-    return _act(queue, "pause_queue", change, actor=actor, reason=reason, expected=expected_version)
+    return _act(
+        queue,
+        "pause_queue",
+        change,
+        actor=actor,
+        reason=reason,
+        expected=expected_version,
+        create=create,
+    )
 
 
 def resume(
@@ -131,10 +145,12 @@ def set_limits(
     actor: str,
     reason: str,
     expected_version: int | None,
+    create: bool = False,
 ) -> QueueActionResult:
     """Set ``queue``'s limits across every executor: at most ``max_leased`` of its jobs leased
     at once and at most ``max_per_second`` claims per second (None clears a limit). A new rate
-    starts with a full bucket (one second's worth)."""
+    starts with a full bucket (one second's worth). Refused for a queue Tenure does not know
+    unless ``create`` (as :func:`pause`)."""
     try:
         check_limits(max_leased, max_per_second)
     except LimitError as e:
@@ -146,7 +162,15 @@ def set_limits(
             raise ActionRefused(f"queue {queue} has these limits already")
         return {"max_leased": max_leased, "max_per_second": rate}
 
-    return _act(queue, "limit_queue", change, actor=actor, reason=reason, expected=expected_version)
+    return _act(
+        queue,
+        "limit_queue",
+        change,
+        actor=actor,
+        reason=reason,
+        expected=expected_version,
+        create=create,
+    )
 
 
 def _last_change(queue: str) -> str:
@@ -158,7 +182,10 @@ def _last_change(queue: str) -> str:
     )
     if last is None:
         return ""
-    return f": {last.action.replace('_queue', '')} by {last.actor}, {last.reason!r}"
+    return (
+        f": {last.action.replace('_queue', '')} by {last.actor}, {last.reason!r}, at "
+        f"{last.created_at:%Y-%m-%d %H:%M:%S} UTC"
+    )
 
 
 def _snapshot(s: QueueSettings) -> dict[str, Any]:
@@ -181,15 +208,12 @@ def _act(
     actor: str,
     reason: str,
     expected: int | None,
+    create: bool = False,
 ) -> QueueActionResult:
     """Check, write and audit one queue action in one transaction (see the module's text)."""
     if not isinstance(queue, str) or not QUEUE_NAME.match(queue):
         raise ActionRefused(f"{queue!r} is not a queue name")
-    reason = (reason or "").strip()
-    if not reason:
-        raise ActionRefused("a reason is required")
-    if len(reason) > REASON_MAX_CHARS:
-        raise ActionRefused(f"the reason is longer than {REASON_MAX_CHARS} characters")
+    reason = check_reason(reason)
     if not (actor or "").strip():
         raise ActionRefused("an actor is required")
     d = driver()
@@ -201,6 +225,13 @@ def _act(
                 f"{before.version}{_last_change(queue)}); reload and decide again"
             )
         fields = change(before)
+        if before.version == 0 and not create and not is_known_queue(queue):
+            known = ", ".join(known_queues()) or "none"
+            raise ActionRefused(
+                f"no queue named {queue!r} is known (no job type routes to it, and it has no "
+                f"jobs, schedules or settings; known: {known}). To configure it before any job "
+                "uses it, create it explicitly (--create)"
+            )
         if not d.write_queue(queue, expected_version=before.version, fields=fields):
             raise ActionConflict(f"queue {queue} changed meanwhile; reload and decide again")
         after = settings_of(d.queue_row(queue), queue)

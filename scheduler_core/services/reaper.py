@@ -17,10 +17,11 @@ import time
 from collections import Counter
 from datetime import datetime
 
-from ..api import policy
+from ..api import policy, registry
 from ..conf import tenure_settings
 from ..exceptions import StaleAttempt
 from ..read import metrics
+from ..runtime import observe
 from ..storage.clock import to_datetime
 from ..storage.drivers import driver
 
@@ -122,6 +123,7 @@ def _reap(
                 counts[decision.transition.name] += 1
             except StaleAttempt:
                 continue
+            observe.reaped(lease, registry.get(lease.name), decision.transition.target, why)
     for name, n in counts.items():
         log.info("reaper: %s x%d", name, n)
     return counts, len(jobs)

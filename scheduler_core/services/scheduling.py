@@ -25,6 +25,7 @@ from django.db.models import F
 from ..api import registry
 from ..api.enqueue import insert_job_of
 from ..conf import tenure_settings
+from ..domain.reasons import check_reason
 from ..domain.schedules import (
     ScheduleSpec,
     first_fire_at,
@@ -131,9 +132,7 @@ def set_paused(
     operator read ``expected_version``, :class:`ActionRefused` without a reason.
     """
 
-    reason = (reason or "").strip()
-    if not reason:
-        raise ActionRefused("a reason is required")
+    reason = check_reason(reason)
     with driver().atomic():
         n = Schedule.objects.filter(pk=schedule_id, version=expected_version).update(
             paused=paused, version=F("version") + 1, updated_at=dt.datetime.now(_UTC)
@@ -147,7 +146,7 @@ def set_paused(
             job=None,
             actor=actor,
             action="pause_schedule" if paused else "resume_schedule",
-            reason=reason[:4000],
+            reason=reason,
             state_after="paused" if paused else "active",
             version_before=expected_version,
             detail={"schedule_id": row.pk, "schedule": row.name, "paused": paused},
@@ -190,9 +189,7 @@ def run_now(
     :class:`ActionConflict` when the row changed since the operator read it.
     """
 
-    reason = (reason or "").strip()
-    if not reason:
-        raise ActionRefused("a reason is required")
+    reason = check_reason(reason)
     d = driver()
     with d.atomic():
         row = Schedule.objects.filter(pk=schedule_id).first()
@@ -229,7 +226,7 @@ def run_now(
             job=job,
             actor=actor,
             action="run_schedule_now",
-            reason=reason[:4000],
+            reason=reason,
             state_after=job.state,
             version_before=expected_version,
             detail={"schedule_id": row.pk, "schedule": row.name, "unique_key": key},

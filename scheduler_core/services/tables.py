@@ -25,7 +25,7 @@ import time
 from collections.abc import Sequence
 
 from ..conf import tenure_settings
-from ..storage.base import Driver
+from ..storage.contract import StorageDriver
 from ..storage.records import Compaction, PageUse
 
 log = logging.getLogger("tenure.tables")
@@ -71,7 +71,7 @@ def cut_page(use: PageUse) -> int | None:
     return cut
 
 
-def compact(d: Driver, tables: Sequence[str]) -> list[Compaction]:
+def compact(d: StorageDriver, tables: Sequence[str]) -> list[Compaction]:
     """Compact each of ``tables`` worth it (:func:`cut_page`), one at a time; what each
     compaction did. Runs outside any transaction; raises ``DatabaseError`` when a statement
     fails (every statement is a transaction of its own: what it moved stays moved)."""

@@ -1,18 +1,13 @@
-"""The storage layer's contract: :class:`Driver`, the named operations every database's driver
-implements (``storage/postgres.py``, ``storage/sqlite.py``), assembled from the parts that own
-them — the core (connections, vendor claims and completions, fenced writes:
-:mod:`.core`), the installation and effect keys (:mod:`.installation`), the effect ledger
-(:mod:`.ledger`), the reaper, hints, executors and operators
-(:mod:`.bookkeeping`), the console's history (:mod:`.history`) and queue pause and limits
-(:mod:`.queues`). The values a driver hands out are in :mod:`.records`.
-
-A driver is the one place that writes a job's state, fence and lease. Each write names a
-transition from :mod:`scheduler_core.domain.states`; the transition's source states become the
-write's ``WHERE state IN (...)`` guard, and every write made on behalf of an attempt also
-carries ``fence = <the attempt's fence>``. A write that matches no row raises
-:class:`~scheduler_core.exceptions.StaleAttempt` (the caller stops and records the refusal with
-:meth:`Driver.record_stale`); nothing is ever read and then written unconditionally. Lease
-times come from the database's clock (:mod:`scheduler_core.storage.clock`), never a worker's.
+"""The assembly of the driver's parts: :class:`Driver`, the base both databases' drivers
+(``storage/postgres.py``, ``storage/sqlite.py``) extend. What a driver offers and must do, its
+fencing rules included, is stated once in :mod:`.contract` (:class:`~.contract.StorageDriver`);
+this class puts together the parts that implement it — the core (connections, vendor claims
+and completions, fenced writes: :mod:`.core`), the installation and effect keys
+(:mod:`.installation`), the effect ledger (:mod:`.ledger`), the reaper, hints, executors and
+operators (:mod:`.bookkeeping`), the console's history (:mod:`.history`), queue pause and
+limits (:mod:`.queues`) and workflows (:mod:`.workflows`). The values a driver hands out are in
+:mod:`.records`; each database's statements are in ``pg_statements.py`` and
+``sqlite_statements.py``.
 
 The operations written with Django's ORM, which says the same thing on every database, are
 defined once in those parts; the ones whose SQL differs are abstract there and written by each

@@ -60,8 +60,8 @@ class DbNowLessLeaseShare(Func):
     it is most likely gone (``factor`` = twice that fraction).
 
     The lease length is read from the row itself, as ``lease_expires_at - heartbeat_at``: the
-    claim and every renewal (``records.CLAIM_SET``, ``records.HEARTBEAT_SQL``) write both from
-    one reading of the database's clock, the expiry that reading plus the spec's lease, and
+    claim and every renewal (``CLAIM_SET`` and ``RENEW_LEASE`` of each database's statements)
+    write both from one reading of the database's clock, the expiry that reading plus the spec's lease, and
     nothing else moves either while the job is leased. Reading the spec row instead costs a
     random read of ``tenure_job_spec`` per leased row in every count over the jobs (the
     dashboard's overview spent 535 ms of a 571-ms page at 10,000 leased jobs)."""

@@ -31,6 +31,7 @@ from typing import Any
 import scheduler_core.db as db
 
 from ..conf import tenure_settings
+from . import floors
 
 log = logging.getLogger("tenure.storage")
 
@@ -114,6 +115,10 @@ def _psycopg3() -> bool:
 def on_connection_created(sender: Any, connection: Any, **_: Any) -> None:
     """``connection_created`` receiver: :func:`apply` to each connection of Tenure's alias."""
     if connection.alias == db.alias():
+        if connection.vendor == "postgresql":
+            # A new connection may reach another server: a promoted standby lacks the last
+            # claims the floors were learned from, and their jobs wait below them again.
+            floors.forget()
         apply(connection)
 
 

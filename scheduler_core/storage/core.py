@@ -1,11 +1,11 @@
-"""The core of every driver: its connection and transactions, the vendor operations each
-database writes in its own SQL (claims, completions, wake-ups, inserts, what the database says
-of itself), and the fenced writes on behalf of an attempt (renewal, finish, refusals)."""
+"""The core of every driver: its connection and transactions, and the fenced writes on behalf of
+an attempt (renewal, finish, refusals) with the reads they need. The operations each database
+writes in its own SQL are declared in :mod:`.vendor_ops`; the contract is :mod:`.contract`."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any
@@ -18,7 +18,6 @@ import scheduler_core.hooks as hooks
 from ..conf import tenure_settings
 from ..domain import states
 from ..domain.outcomes import Decision, Kind
-from ..domain.payload_search import PayloadQuery
 from ..exceptions import (
     AttemptOverrun,
     EffectsUnsettled,
@@ -35,25 +34,26 @@ from ..models import (
 )
 from .clock import DbNow, to_datetime
 from .records import (
-    Compaction,
     Failure,
     Holds,
-    IndexSize,
     Lease,
-    PageUse,
-    TableSpace,
     still_open,
 )
+from .vendor_ops import VendorOps
+from .workflows import WorkflowOps
 
 log = logging.getLogger("tenure.storage")
 
+_MOVES_STEPS = (*states.TERMINAL, states.State.INDETERMINATE)
+"""The ends of a workflow step's attempt that move its workflow's other steps."""
 
-class DriverCore:
+
+class DriverCore(VendorOps, WorkflowOps):
     """The named operations on one database alias, for one vendor.
 
     Every operation runs on :attr:`alias`. Those with ``lease`` are fenced writes on behalf of
     that attempt; the others name what they touch. Vendor drivers override the operations
-    marked *vendor* (abstract here) and set the capability flags.
+    marked *vendor* (:class:`~.vendor_ops.VendorOps`) and set the capability flags.
     """
 
     vendor = ""
@@ -80,186 +80,15 @@ class DriverCore:
         """This thread's Django connection to :attr:`alias`."""
         return connections[self.alias]
 
-    def atomic(self) -> AbstractContextManager[Any]:
-        """A transaction (or savepoint) on :attr:`alias`."""
-        return transaction.atomic(using=self.alias)
+    def atomic(self, *, savepoint: bool = True) -> AbstractContextManager[Any]:
+        """A transaction (or savepoint) on :attr:`alias`; with ``savepoint`` False, inside
+        another it adds nothing (an error inside ends the enclosing one)."""
+        return transaction.atomic(using=self.alias, savepoint=savepoint)
 
     def on_commit(self, fn: Callable[[], None]) -> None:
         """Run ``fn`` once the current transaction on :attr:`alias` commits (at once outside
         one)."""
         transaction.on_commit(fn, using=self.alias)
-
-    def now(self) -> datetime:
-        """The database's clock (an aware datetime)."""
-        with self.connection.cursor() as cur:
-            cur.execute("SELECT " + self.now_sql, [])
-            return to_datetime(cur.fetchone()[0])  # type: ignore[no-any-return]
-
-    def transaction_id(self) -> int | None:
-        """*Vendor.* This transaction's id, assigned now (None without the capability)."""
-        return None
-
-    def transaction_status(self, xid: int) -> str | None:
-        """*Vendor.* ``committed``, ``aborted`` or ``in progress`` for transaction ``xid``
-        (None: too old to tell, or no such capability)."""
-        return None
-
-    def configure_executor_connection(self, connection: Any) -> None:
-        """*Vendor.* Settings an executor's connection needs, applied as it opens (the
-        server ends an executor's idle transactions; hot statements planned once)."""
-
-    def limit_handler_idle(self, lease: Lease | None = None) -> None:
-        """*Vendor.* Inside a ``transactional`` handler's transaction (the attempt of
-        ``lease``): the limits the database puts on how the handler may hold it — on
-        PostgreSQL, it may work between statements for longer than an executor's own
-        transactions may idle; on SQLite, how long it may hold the one write lock."""
-
-    # -- claims and completions (vendor) -------------------------------------------------------
-
-    def claim(
-        self,
-        *,
-        executor: str,
-        queues: Sequence[str] = ("default",),
-        limit: int = 1,
-        job_id: int | None = None,
-    ) -> list[Lease]:
-        """*Vendor.* Claim up to ``limit`` due waiting jobs (or exactly ``job_id``) in one
-        statement: each claimed job's fence grows by one, its lease runs from the database's
-        clock, and an Attempt row is written in the same transaction."""
-        raise NotImplementedError
-
-    def complete(self, lease: Lease) -> int | None:
-        """*Vendor.* Mark ``lease``'s job succeeded (fenced): :meth:`finish`'s writes for
-        ``COMPLETE``, refused past the attempt's deadline or while the ledger holds an effect
-        that may or may not have happened. Returns the transaction's id where the driver has
-        one (to read the outcome back after a lost ``COMMIT`` reply)."""
-        raise NotImplementedError
-
-    def complete_many_and_claim(
-        self, leases: Sequence[Lease], *, executor: str, queues: Sequence[str], limit: int
-    ) -> tuple[int | None, set[int], list[Lease]]:
-        """*Vendor.* :meth:`complete` each of ``leases`` and :meth:`claim` up to ``limit`` more
-        jobs in the caller's transaction: one commit for many completions. Each completion is
-        fenced on its own; a refused one is left out (the caller asks :meth:`refusal` why once
-        the rest has committed). Returns the transaction's id (None without one), the ids of
-        the jobs completed and the new leases, which stand only if the transaction commits."""
-        raise NotImplementedError
-
-    def claim_limited_queue(
-        self, queue: str, *, executor: str, limit: int, job_id: int | None = None
-    ) -> list[Lease]:
-        """*Vendor.* :meth:`claim` of ``queue``'s due jobs (or exactly ``job_id`` of it)
-        without the gate that keeps paused and limited queues out of the plain claim: only
-        :meth:`claim_within_limits` calls it, holding the queue's row and with ``limit`` what
-        the limits allow."""
-        raise NotImplementedError
-
-    # -- wake-ups (vendor) ---------------------------------------------------------------------
-
-    def notify(self, queue: str, priority: int, due_at: datetime) -> None:
-        """*Vendor.* Once the caller's transaction commits, tell listening executors a job of
-        ``queue`` waits (nothing if it rolls back, or where the database has no
-        notifications)."""
-
-    def listen(self, stop: Callable[[], bool]) -> Iterator[tuple[str, int, datetime] | None]:
-        """*Vendor.* Wake-ups as ``(queue, priority, due time)``, on a connection of their
-        own; yields None at least every second so the caller can look at ``stop``. Ends at
-        once where the database has no notifications (executors poll)."""
-        return iter(())
-
-    def woken(self, queue: str, priority: int, due_at: datetime) -> None:
-        """*Vendor.* This process learned that a job of ``queue`` waits (a wake-up): where
-        the driver seeks claims from per-process floors, lower them to it."""
-
-    def forget_floors(self) -> None:
-        """*Vendor.* Drop what this process learned about where claims start (tests)."""
-
-    # -- enqueue and retention (vendor) --------------------------------------------------------
-
-    def insert_job(self, fields: dict[str, Any]) -> Job | None:
-        """*Vendor.* Insert one waiting job (``fields``: the job's columns, ``run_at`` None
-        for the database's now) in the caller's transaction; None when its ``unique_key`` is
-        taken already (nothing written)."""
-        raise NotImplementedError
-
-    def insert_jobs(
-        self, fields: dict[str, Any], payloads: Sequence[dict[str, Any]]
-    ) -> list[tuple[int, datetime]]:
-        """*Vendor.* Insert one waiting job per payload (the other columns from ``fields``) in
-        one statement in the caller's transaction; ``(id, run_at)`` of each, in payload order."""
-        raise NotImplementedError
-
-    def prune_finished(self, state: str, older_than: float, *, limit: int = 1000) -> int:
-        """*Vendor.* Delete up to ``limit`` jobs in ``state`` (succeeded or failed) last changed
-        more than ``older_than`` seconds ago by the database's clock, with their attempts and
-        ledger rows, keeping jobs an operator acted on and jobs whose ledger holds an effect
-        that may or may not have happened. Returns how many jobs were deleted."""
-        raise NotImplementedError
-
-    # -- what the database itself says (vendor) ------------------------------------------------
-
-    def database_pressure(self) -> dict[str, Any]:
-        """*Vendor.* The oldest snapshot vacuum must respect and the job table's dead rows
-        (empty where the database keeps no old row versions)."""
-        return {}
-
-    def estimated_jobs(self) -> int:
-        """*Vendor.* The database's estimate of the job table's rows (-1: none kept)."""
-        return -1
-
-    # -- index upkeep (vendor; :mod:`scheduler_core.services.indexes` decides) ----------------
-
-    def index_sizes(self, tables: Sequence[str], *, counted: bool = False) -> list[IndexSize]:
-        """*Vendor.* The B-tree indexes of ``tables`` that vacuum can empty but not shrink, with
-        what their entries need; empty where the database reuses freed pages itself. With
-        ``counted``, an index over all its table's rows has them counted instead of estimated
-        (a read of each table)."""
-        return []
-
-    def drop_unfinished_rebuilds(self, tables: Sequence[str]) -> list[str]:
-        """*Vendor.* Drop the invalid copies failed rebuilds left on ``tables``; their names."""
-        return []
-
-    def rebuild_index(self, name: str) -> int:
-        """*Vendor.* Rebuild index ``name`` without blocking writes; its size after, in bytes."""
-        raise NotImplementedError
-
-    def try_upkeep_lock(self) -> bool:
-        """*Vendor.* Take the lock one index upkeep holds at a time, if free."""
-        return False
-
-    def release_upkeep_lock(self) -> None:
-        """*Vendor.* Release the lock :meth:`try_upkeep_lock` took."""
-
-    # -- table compaction (vendor; :mod:`scheduler_core.services.tables` decides) ------------
-
-    def table_space(self, table: str) -> TableSpace | None:
-        """*Vendor.* The bytes ``table``'s heap takes and an estimate of what its rows need, from
-        the server's statistics (None when it has none yet); None where the database reuses
-        freed pages itself."""
-        return None
-
-    def page_use(self, table: str) -> PageUse | None:
-        """*Vendor.* Vacuum ``table``, then read where its rows are, page by page (one read of
-        the table); None where the database reuses freed pages itself, or while another
-        vacuum of the table holds it past ``lock_timeout`` (the next look reads it)."""
-        return None
-
-    def compact_table(self, table: str, cut_page: int) -> Compaction:
-        """*Vendor.* Move ``table``'s rows at or past page ``cut_page`` into the free space
-        before it, every value unchanged, then vacuum it so the emptied pages are given back
-        (``vacuum_refused`` when another vacuum held the table past ``lock_timeout``: the
-        rows stay moved and a later vacuum gives the pages back)."""
-        raise NotImplementedError
-
-    # -- reads for the console (vendor) --------------------------------------------------------
-
-    def payload_contains(self, query: PayloadQuery) -> Q:
-        """*Vendor.* The condition on ``Job`` that its payload contains ``query``'s fragment
-        (:mod:`scheduler_core.domain.payload_search`: every leaf present with an equal value,
-        a number never equal to a string)."""
-        raise NotImplementedError
 
     # -- fenced writes on behalf of an attempt, and the reads they need ------------------------
 
@@ -313,7 +142,7 @@ class DriverCore:
         return StaleAttempt(lease.job_id, lease.fence, write)
 
     def renew_lease(self, lease: Lease) -> list[dict[str, Any]]:
-        """*Vendor.* :data:`HEARTBEAT_SQL` for ``lease``: its rows (one, or none when refused)."""
+        """*Vendor.* The lease renewal (each database's ``RENEW_LEASE``) for ``lease``: its rows (one, or none when refused)."""
         raise NotImplementedError
 
     def heartbeat(self, lease: Lease) -> bool:
@@ -381,12 +210,15 @@ class DriverCore:
         outcome: str,
         failure: Failure | None = None,
         expired_for: float | None = None,
+        result: Any = None,
     ) -> None:
         """End ``lease``'s attempt with ``decision``'s transition, fenced.
 
         Joins an open transaction (transactional jobs complete inside the handler's transaction),
         so a refusal raised here rolls the handler's writes back with it. ``expired_for`` (the
         reaper's) adds "and the lease expired at least that many seconds ago" to the guard.
+        ``result`` (a completion's) is written on the attempt's row only when the guarded
+        update matched.
         """
         t = decision.transition
         fields: dict[str, Any] = {
@@ -434,18 +266,27 @@ class DriverCore:
         with transaction.atomic(using=self.alias, savepoint=False):
             mine = guard.update(**fields) == 1
             if mine:
-                self._close_attempt(lease.attempt_id, outcome, failure)
+                self._close_attempt(lease.attempt_id, outcome, failure, result)
                 if t.target != states.State.SUCCEEDED:
                     # Whatever this attempt intended and did not settle may or may not have
                     # happened: say so in the ledger, whatever the job's next state.
                     self._mark_unsettled(lease, duplicate_possible=decision.duplicate_possible)
+                if lease.workflow_id is not None and t.target in _MOVES_STEPS:
+                    # The other steps move in this transaction: a refused end moves none.
+                    self.step_ended(lease.job_id, t.target)
         if not mine:
             if t == states.COMPLETE:
                 raise self.refusal(lease, t.name)
             raise StaleAttempt(lease.job_id, lease.fence, t.name)
 
     def complete_and_claim(
-        self, lease: Lease, *, executor: str, queues: Sequence[str], limit: int
+        self,
+        lease: Lease,
+        *,
+        executor: str,
+        queues: Sequence[str],
+        limit: int,
+        result: Any = None,
     ) -> tuple[int | None, list[Lease]]:
         """:func:`complete` ``lease`` and :func:`claim` up to ``limit`` more jobs in the caller's
         transaction; the claims stand only if that transaction commits.
@@ -455,14 +296,22 @@ class DriverCore:
         completion raises :class:`StaleAttempt`; the caller's rollback then undoes the claims too.
         """
         xid, matched, got = self.complete_many_and_claim(
-            [lease], executor=executor, queues=queues, limit=limit
+            [lease],
+            executor=executor,
+            queues=queues,
+            limit=limit,
+            results=None if result is None else {lease.attempt_id: result},
         )
         if lease.job_id not in matched:
             raise self.refusal(lease, states.COMPLETE.name)
         return xid, got
 
-    def _close_attempt(self, attempt_id: int, outcome: str, failure: Failure | None) -> None:
+    def _close_attempt(
+        self, attempt_id: int, outcome: str, failure: Failure | None, result: Any = None
+    ) -> None:
         fields: dict[str, Any] = {"outcome": outcome, "finished_at": DbNow()}
+        if result is not None:
+            fields["return_value"] = result
         if failure is not None:
             limit = tenure_settings().TRACEBACK_MAX_CHARS
             fields.update(
@@ -494,7 +343,7 @@ class DriverCore:
                 EffectEvent.LEFT_UNSETTLED,
                 Effect.UNKNOWN,
                 in_doubt=True,
-                note=f"attempt {lease.attempt} (fence {lease.fence}) ended without recording the "
+                note=f"attempt {lease.number} (fence {lease.fence}) ended without recording the "
                 "outcome of its intent",
             )
 
@@ -549,6 +398,7 @@ class DriverCore:
             job_id=job.pk,
             fence=job.fence,
             attempt=job.attempts,
+            attempt_base=job.attempt_base,
             attempt_id=attempt_id or 0,
             kind=job.next_kind,
             name=job.name,
@@ -563,6 +413,7 @@ class DriverCore:
             # A claim leaves run_at as it found it: while leased, it is where the job stood.
             priority=job.priority,
             due_at=job.run_at,
+            workflow_id=job.spec.workflow_id,
         )
 
     def queue_of(self, job_id: int) -> str | None:
@@ -578,27 +429,6 @@ class DriverCore:
     def audit(self, **fields: Any) -> AuditEntry:
         """Append one entry to the operators' audit trail (in the caller's transaction)."""
         return AuditEntry.objects.using(self.alias).create(**fields)
-
-    def record_return_value(self, lease: Lease, value: Any) -> None:
-        """Keep what ``lease``'s handler returned on its attempt's row, fenced like every
-        attempt write: refused (:class:`StaleAttempt`, :class:`AttemptOverrun`) once the job is
-        no longer leased under this fence or the attempt is past its maximum runtime.
-
-        ``value`` is JSON already checked by the caller (:mod:`scheduler_core.backends`). It is
-        written before the completion, in the caller's transaction when there is one (a
-        ``transactional`` job's); a task's result is the value of the attempt whose completion
-        was accepted, so one left by an attempt that did not complete is never read as the
-        result.
-        """
-        mine = self._mine(lease).filter(deadline_at__gt=DbNow())
-        n = (
-            Attempt.objects.using(self.alias)
-            .filter(still_open(), pk=lease.attempt_id)
-            .filter(Exists(mine))
-            .update(return_value=value)
-        )
-        if n != 1:
-            raise self.refusal(lease, "return_value")
 
     def unsettled_of_job(self, job: Any) -> Any:
         """The ledger rows of ``job`` (a value, or ``OuterRef("pk")`` in a subquery) whose effect

@@ -5,6 +5,7 @@ subclass), and the accessor every layer above storage uses, :func:`driver`."""
 from __future__ import annotations
 
 import threading
+from typing import TYPE_CHECKING
 
 from django.db import connections
 from django.utils.module_loading import import_string
@@ -12,6 +13,16 @@ from django.utils.module_loading import import_string
 from ..conf import tenure_settings
 from ..db import alias as tenure_alias
 from .base import Driver
+from .contract import StorageDriver
+
+if TYPE_CHECKING:
+    # The type checker holds both drivers to the contract (tests/storage/test_contract.py
+    # checks the same at run time).
+    from .postgres import PostgresDriver
+    from .sqlite import SqliteDriver
+
+    _postgres: type[StorageDriver] = PostgresDriver
+    _sqlite: type[StorageDriver] = SqliteDriver
 
 BY_VENDOR: dict[str, str] = {
     "postgresql": "scheduler_core.storage.postgres.PostgresDriver",
@@ -25,9 +36,9 @@ _drivers: dict[tuple[str, str], Driver] = {}
 _lock = threading.Lock()
 
 
-def driver(alias: str | None = None) -> Driver:
+def driver(alias: str | None = None) -> StorageDriver:
     """The driver of ``alias`` (default: Tenure's, ``TENURE_DATABASE``), made once per
-    process."""
+    process; the layers above see only its contract (:class:`.contract.StorageDriver`)."""
     s = tenure_settings()
     alias = alias or tenure_alias()
     key = (alias, s.DRIVER)

@@ -8,11 +8,17 @@ from __future__ import annotations
 import datetime as dt
 import threading
 import time
+from collections import deque
 from collections.abc import Sequence
 from datetime import datetime
 
 from ..conf import tenure_settings
 from .records import Lease
+
+PIN_SECONDS = 30.0
+"""How long a wake-up keeps claims sent before it from raising its floor past its job: longer
+than any claim takes (a full read every ``TENURE_CLAIM_FULL_SCAN_SECONDS`` finds a job left
+below a floor by a claim slower than this)."""
 
 FULL_SCAN_SHARE = 0.05
 """The largest share of a process's time its full reads of a queue may take: the next one comes
@@ -58,9 +64,12 @@ class ClaimFloors:
         there (None: it took none of that queue's jobs)."""
         self._rescan: set[str] = set()
         """Queues whose priorities below their cut-off are to be discovered."""
-        self._pins: dict[tuple[str, int], tuple[datetime, float]] = {}
-        """Wake-ups that lowered a floor: (due time, when), so a claim sent before one
-        cannot raise the floor past its job again."""
+        self._pins: dict[tuple[str, int], deque[tuple[datetime, float]]] = {}
+        """Every wake-up of the last :data:`PIN_SECONDS`, oldest first: (due time, when), so
+        a claim sent before one cannot raise the floor past its job. Each is kept until it
+        is that old, not only until the next claim sent after it returns: a claim sent
+        earlier may return later (its completion's transaction waiting on a lock), and a
+        wake-up that did not lower the floor binds such a claim too."""
 
     def seeks(self, queues: Sequence[str], *, now: float) -> list[tuple[str, int, datetime]]:
         """The (queue, priority, floor) seeks for a claim of ``queues``, or none when a full
@@ -132,29 +141,34 @@ class ClaimFloors:
                         self._rescan.add(q)
             for key, due in oldest.items():
                 floor = due - margin
-                pin = self._pins.get(key)
-                if pin is not None:
-                    if pin[1] >= now:
-                        # Woken while this claim was under way: its job may not have been
-                        # visible to it; keep the floor at that job until a later claim.
-                        floor = min(floor, pin[0] - margin)
-                    else:
-                        del self._pins[key]
-                if key not in self._floors or floor > self._floors[key]:
+                for pinned, at in reversed(self._pins.get(key, ())):
+                    if at < now:
+                        break
+                    # Woken while this claim was under way: its job may not have been
+                    # visible to it; keep the floor at that job until a later claim.
+                    floor = min(floor, pinned - margin)
+                # A full read saw the queue from the start: its oldest job is the floor, even
+                # below one a wake-up for a later job set (a retry's, or after a new
+                # connection) or where another claim had skipped a job it held.
+                if full or key not in self._floors or floor > self._floors[key]:
                     self._floors[key] = floor
 
     def woken(self, queue: str, priority: int, due_at: datetime) -> None:
         """A job of ``queue`` is waiting, due at ``due_at``: lower its priority's floor to
         it (or add the priority), so the next claim's seek reaches it."""
         floor = due_at - dt.timedelta(seconds=tenure_settings().CLAIM_FLOOR_MARGIN_SECONDS)
+        at = time.monotonic()
         with self._lock:
             key = (queue, priority)
             if key not in self._floors or floor < self._floors[key]:
                 self._floors[key] = floor
-                self._pins[key] = (due_at, time.monotonic())
+            pins = self._pins.setdefault(key, deque())
+            pins.append((due_at, at))
+            while pins[0][1] < at - PIN_SECONDS:
+                pins.popleft()
 
     def forget(self) -> None:
-        """Drop every floor (tests; a process whose database was replaced)."""
+        """Drop every floor (tests; a new connection, which may reach a promoted standby)."""
         with self._lock:
             self._floors.clear()
             self._full_at.clear()
@@ -181,6 +195,7 @@ def woken(queue: str, priority: int, due_at: datetime) -> None:
 
 
 def forget() -> None:
-    """Drop both sets of floors (tests; a process whose database was replaced)."""
+    """Drop both sets of floors (tests; a new connection, which may reach a promoted
+    standby)."""
     FLOORS.forget()
     LIMITED_FLOORS.forget()

@@ -137,12 +137,12 @@ class LedgerOps(InstallationOps):
                     )
                 if mode == EffectMode.AT_LEAST_ONCE:
                     cause = (
-                        f"duplicate possible: attempt {lease.attempt} (fence {lease.fence}) starts "
+                        f"duplicate possible: attempt {lease.number} (fence {lease.fence}) starts "
                         f"the effect again after fence {row.fence} left it {row.state}"
                     )
                 else:
                     cause = (
-                        f"attempt {lease.attempt} (fence {lease.fence}) retries under the same key "
+                        f"attempt {lease.number} (fence {lease.fence}) retries under the same key "
                         f"after fence {row.fence} left it {row.state}"
                     )
                 note = with_note(note, cause)
@@ -243,7 +243,7 @@ class LedgerOps(InstallationOps):
             if state == Effect.NOT_APPLIED and in_doubt:
                 note = with_note(
                     note,
-                    f"attempt {lease.attempt} (fence {lease.fence}) sent nothing, but an earlier "
+                    f"attempt {lease.number} (fence {lease.fence}) sent nothing, but an earlier "
                     "outcome is still unknown: the effect may have happened",
                 )
             fields = {"state": after, "in_doubt": in_doubt, "updated_at": DbNow()}
@@ -274,7 +274,7 @@ class LedgerOps(InstallationOps):
             Effect.objects.using(self.alias).filter(pk=row).update(
                 state=state,
                 in_doubt=False,
-                note=f"reconciled by attempt {lease.attempt}",
+                note=f"reconciled by attempt {lease.number}",
                 updated_at=DbNow(),
             )
             self._event(

@@ -1,5 +1,7 @@
-"""Queues an operator configured: the claim's gate for paused or limited queues (shared SQL),
-the claim within a queue's limits, and the queue rows' reads and fenced-by-version writes."""
+"""Queues an operator configured: the claim within a queue's limits, and the queue rows' reads
+and fenced-by-version writes. The claim's gate for paused or limited queues is in each
+database's claim statement (``open_queue`` in :mod:`.pg_statements` and
+:mod:`.sqlite_statements`)."""
 
 from __future__ import annotations
 
@@ -25,34 +27,14 @@ from .records import (
 log = logging.getLogger("tenure.storage")
 
 
-RESTRICTED_QUEUE = "(tq.paused OR tq.max_leased IS NOT NULL OR tq.max_per_second IS NOT NULL)"
-"""A ``tenure_queue`` row (alias ``tq``) that stops the plain claim: paused, or limited."""
-
-
-LIMITED_QUEUE = "(NOT tq.paused AND (tq.max_leased IS NOT NULL OR tq.max_per_second IS NOT NULL))"
-"""A ``tenure_queue`` row (alias ``tq``) whose jobs are claimed within its limits
-(:meth:`Driver.claim_within_limits`)."""
-
-
-def open_queue(queue: str) -> str:
-    """The claim's gate, every driver's: the job's queue (``queue``: a placeholder, or the
-    column of the queue being read) has no ``tenure_queue`` row that pauses or limits it. A
-    primary-key probe of a table that holds only the queues an operator configured, once per
-    queue read where ``queue`` is not the job's own column (a filter evaluated once, which
-    keeps the claim index's ordered walk); a queue without a row has no limits."""
-    return (
-        f"NOT EXISTS (SELECT 1 FROM tenure_queue AS tq WHERE tq.name = {queue} "
-        f"AND {RESTRICTED_QUEUE})"
-    )
-
-
 class QueueOps(DriverCore):
     """Queue pause and limits, for :class:`~scheduler_core.storage.base.Driver`."""
 
     def limited_queues(self, queues: Sequence[str], *, job_id: int | None = None) -> list[str]:
         """Of ``queues`` (or, with ``job_id``, that waiting job's queue), those claimed within
-        limits (:data:`LIMITED_QUEUE`), by name. Drivers whose claim statement cannot say it
-        ask this after a claim that came back short."""
+        limits (not paused, with a limit), by name. Drivers whose claim statement cannot say it
+        (PostgreSQL's does: ``pg_statements.LIMITED_QUEUE``) ask this after a claim that came
+        back short."""
         qs = Queue.objects.using(self.alias).filter(paused=False)
         qs = qs.filter(Q(max_leased__isnull=False) | Q(max_per_second__isnull=False))
         if job_id is not None:

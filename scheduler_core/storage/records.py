@@ -1,8 +1,9 @@
-"""The values the storage layer hands out and the SQL every driver shares: :class:`Lease`,
-:class:`Failure`, :class:`InFlightOwner`, :class:`IndexSize`, :class:`InstallationRecord`,
-executor ids, the claim's and the lease renewal's statements with their columns, the guard
-"this attempt is still open" of the writes that name an attempt by key, the reading of claimed
-rows, and an error's SQLSTATE."""
+"""The values the storage layer hands out and the helpers without SQL text every driver uses:
+:class:`Lease`, :class:`Failure`, :class:`InFlightOwner`, :class:`IndexSize`,
+:class:`InstallationRecord`, executor ids, the columns a claim returns and the reading of claimed
+rows, the ORM's guard "this attempt is still open" of the writes that name an attempt by key
+(:func:`still_open`), and an error's SQLSTATE. Each database's statements are its own
+(:mod:`.pg_statements`, :mod:`.sqlite_statements`)."""
 
 from __future__ import annotations
 
@@ -43,6 +44,9 @@ class Lease:
     max_attempts: int
     created_at: datetime
     executor: str
+    attempt_base: int = 0
+    """What the attempt's number adds to ``attempt`` (the attempts spent, which the retry
+    policy counts): raised past the numbers a timeline lost in a failover may have given."""
     timeout_seconds: float = 0.0
     """The attempt's maximum runtime (the job's ``timeout_seconds``); 0 when unknown. The
     database holds the deadline (``Job.deadline_at``); this lets the executor stop renewing
@@ -55,6 +59,17 @@ class Lease:
     expire before ``granted_at + lease_seconds`` (0 when unknown)."""
     claimed_at: datetime | None = field(default=None, compare=False)
     """When the claim took the job, by the database's clock (None when unknown)."""
+    workflow_id: int | None = None
+    """The workflow the job is a step of (None: an ordinary job): its end moves other steps."""
+    trace_context: dict[str, str] | None = field(default=None, compare=False)
+    """The trace context stored with the job at enqueue (``scheduler_core.tracing``), which
+    the attempt's span descends from; None when none was stored."""
+
+    @property
+    def number(self) -> int:
+        """The attempt's number, as its Attempt row, logs, spans and the handler see it: the
+        attempts spent plus :attr:`attempt_base`, so no number repeats across a failover."""
+        return self.attempt + self.attempt_base
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -119,6 +134,7 @@ CLAIMED_JOB_COLUMNS = (
     "id",
     "fence",
     "attempts",
+    "attempt_base",
     "next_kind",
     "name",
     "queue",
@@ -130,47 +146,20 @@ CLAIMED_JOB_COLUMNS = (
 )
 """The job row's columns a claim returns, as the claim left them."""
 
-SPEC_COLUMNS = ("payload", "lease_seconds", "effect", "timeout_seconds")
+SPEC_COLUMNS = ("payload", "lease_seconds", "effect", "timeout_seconds", "workflow_id")
 """The columns of the job's spec row (``tenure_job_spec``, written once at enqueue) a claim
 returns beside them."""
 
-LEASE_COLUMNS = (*CLAIMED_JOB_COLUMNS, *SPEC_COLUMNS, "attempt_id")
+LEASE_COLUMNS = (*CLAIMED_JOB_COLUMNS, *SPEC_COLUMNS, "trace_context", "attempt_id")
 """The columns of a claimed row every driver's claim returns, by these names: the job as the
-claim left it, its spec, then its new attempt's id. :func:`leases_from_rows` reads them."""
+claim left it, its spec and the trace context stored with it, then its new attempt's id.
+:func:`leases_from_rows` reads them."""
 
 
-CLAIM_SET = """
-    state = 'leased', fence = {t}fence + 1, attempts = {t}attempts + 1, lease_owner = %s,
-    lease_expires_at = {expiry}, deadline_at = {deadline}, heartbeat_at = {now},
-    updated_at = {now}, version = {t}version + 1
-"""
-"""The claim's ``SET`` list, every driver's: ``{t}`` the table's alias with its dot (or
-nothing), ``{now}``, ``{expiry}`` and ``{deadline}`` the vendor's expressions (from the spec's
-``lease_seconds`` and ``timeout_seconds``); its one placeholder is the new owner."""
-
-
-def claimable(job: str, *, per_row: str = "") -> str:
-    """The claim's guards on each candidate, every driver's (``job``: the job table's name or
-    alias in the candidate read): the job has its spec row and no open attempt. Tenure's own
-    writes never break either (the enqueue writes the spec in the job's statement; an attempt
-    is closed in the transaction that ends its lease). Rows written by hand or a defect can,
-    and such a job took the claim down with it: without a spec the claim leased nothing on
-    PostgreSQL (a claim of one job came back empty with work due) and failed on SQLite; beside
-    an open attempt the database's one-open-attempt rule (migrations 0015, 0017) refused the
-    claim's new attempt. Either way every claim that reached the job came back empty or failed, and the
-    queue stopped. The claim passes over such a job instead: the reaper's sweep closes a stray
-    attempt (:meth:`~scheduler_core.storage.bookkeeping.Bookkeeping.close_stray_attempts`), and
-    a job without a spec stays due, which the console's verdict reports as stuck. Two probes by
-    key per candidate read. ``per_row`` ends the open-attempt probe's subquery: PostgreSQL's
-    ``OFFSET 0`` keeps it a probe per candidate — pulled up into an anti-join, the planner
-    read every open attempt for each claim, and a Celery executor's drain, one claim a message,
-    took twice as long (``python -m bench.startup --systems tenure-celery``: 8.4-10.8 s against
-    4.1-4.9 s without the probe or with it kept)."""
-    return (
-        f"EXISTS (SELECT 1 FROM tenure_job_spec AS cs WHERE cs.job_id = {job}.id) "
-        "AND NOT EXISTS (SELECT 1 FROM tenure_attempt AS oa "
-        f"WHERE oa.job_id = {job}.id AND oa.finished_at IS NULL {per_row})"
-    )
+EPOCH_BITS = 32
+"""Where a fence's epoch starts: a fence is ``epoch << EPOCH_BITS`` plus the claims made in it
+(docs/architecture.md, "Fences across a failover"; PostgreSQL's claim computes it,
+``pg_statements.NEXT_FENCE``)."""
 
 
 class Holds(Func):
@@ -180,10 +169,6 @@ class Holds(Func):
 
     template = "(%(expressions)s) IS TRUE"
     output_field = BooleanField()
-
-
-STILL_OPEN_SQL = "(tenure_attempt.finished_at IS NULL) IS TRUE"
-""":func:`still_open` in a driver's own statements."""
 
 
 def still_open() -> Holds:
@@ -202,31 +187,6 @@ def still_open() -> Holds:
     return Holds(Q(finished_at__isnull=True))
 
 
-ATTEMPT_INSERT = """
-    INSERT INTO tenure_attempt (job_id, number, fence, kind, executor, claimed_at,
-        lease_expires_at, heartbeat_at, deadline_at, outcome, error_class, error_type, message,
-        traceback)
-    SELECT id, attempts, fence, next_kind, lease_owner, heartbeat_at, lease_expires_at,
-        heartbeat_at, deadline_at, '', '', '', '', ''
-"""
-"""The Attempt row of each claimed job, read from the job as the claim left it (a driver
-adds its ``FROM``)."""
-
-
-HEARTBEAT_SQL = f"""
-    UPDATE tenure_job SET lease_expires_at = {{expiry}}, heartbeat_at = {{now}}
-    WHERE id = %s AND (state = '{states.State.LEASED.value}') IS TRUE AND fence = %s
-        AND deadline_at > {{now}}
-    RETURNING cancel_requested_at, lease_expires_at, heartbeat_at
-"""
-"""The lease renewal, every driver's: ``{now}`` and ``{expiry}`` (the database's now plus the
-lease, its one placeholder first) are the vendor's expressions; then the job id and the fence.
-It returns whether an operator asked the attempt to stop, so the attempt learns it from the
-renewal it makes anyway, and the renewed lease, which the attempt's row then holds too. The
-state is tested as ``(…) IS TRUE`` so that the leases index cannot serve it (:func:`still_open`
-says why)."""
-
-
 PRUNABLE = (states.State.SUCCEEDED.value, states.State.FAILED.value)
 """The states whose jobs retention deletes."""
 
@@ -240,11 +200,15 @@ def leases_from_rows(rows: Sequence[dict[str, Any]], *, executor: str, sent: flo
         payload = r["payload"]
         if isinstance(payload, str | bytes):
             payload = json.loads(payload)
+        trace = r.get("trace_context")
+        if isinstance(trace, str | bytes):
+            trace = json.loads(trace)
         leases.append(
             Lease(
                 job_id=r["id"],
                 fence=r["fence"],
                 attempt=r["attempts"],
+                attempt_base=r["attempt_base"],
                 attempt_id=r["attempt_id"],
                 kind=r["next_kind"],
                 name=r["name"],
@@ -260,6 +224,8 @@ def leases_from_rows(rows: Sequence[dict[str, Any]], *, executor: str, sent: flo
                 due_at=to_datetime(r["run_at"]),
                 granted_at=sent,
                 claimed_at=to_datetime(r["heartbeat_at"]),
+                workflow_id=r["workflow_id"],
+                trace_context=trace if isinstance(trace, dict) else None,
             )
         )
     return leases

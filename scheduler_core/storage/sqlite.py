@@ -1,4 +1,6 @@
-"""SQLite's driver: the embedded default's claims, completions, enqueues and retention.
+"""SQLite's driver: the embedded default's claims, completions, enqueues and retention. The
+statements it sends are named in :mod:`.sqlite_statements`; what every driver offers is stated
+in :mod:`.contract`.
 
 Every write transaction begins ``IMMEDIATE`` (the connection's ``transaction_mode``), so it
 holds the database's one write lock from its first statement: a claim's conditional
@@ -13,7 +15,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any
@@ -23,6 +25,7 @@ from django.db.models import BooleanField, Exists, Min, OuterRef, Q
 from django.db.models.expressions import RawSQL
 
 from ..domain import states
+from ..domain import workflows as rules
 from ..domain.outcomes import Decision
 from ..domain.payload_search import PayloadQuery
 from ..exceptions import EffectsUnsettled, JobCancelled, StaleAttempt
@@ -31,78 +34,27 @@ from .base import (
     Driver,
 )
 from .clock import DbNow, to_datetime
-from .queues import (
-    open_queue,
-)
 from .records import (
-    ATTEMPT_INSERT,
-    CLAIM_SET,
-    CLAIMED_JOB_COLUMNS,
-    HEARTBEAT_SQL,
     PRUNABLE,
     SPEC_COLUMNS,
     Lease,
-    claimable,
     leases_from_rows,
     named_rows,
 )
 from .sqlite_hold import WATCH
-
-SQLITE_NOW = "strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now')"
-_PAYLOAD = '"tenure_job_spec"."payload"'
-"""The payload a search's leaves read: the spec row of the job (:meth:`SqliteDriver.payload_contains`
-joins it)."""
-
-
-def json_path(path: Sequence[str]) -> str:
-    """A SQLite JSON path naming ``path``'s keys, each quoted (the payload-search parser
-    refuses keys with quotes or backslashes)."""
-    return "$" + "".join(f'."{k}"' for k in path)
-
-
-def payload_leaf_sql(path: Sequence[str], value: Any) -> tuple[str, list[Any]]:
-    """One leaf of a payload search as SQL: the value's JSON type and the value itself, so a
-    number never equals a string nor ``true`` the number 1."""
-    p = json_path(path)
-    kind = f"json_type({_PAYLOAD}, %s)"
-    if value is None:
-        return f"{kind} = 'null'", [p]
-    if isinstance(value, bool):
-        return f"{kind} = %s", [p, "true" if value else "false"]
-    if isinstance(value, dict):
-        return f"{kind} = 'object'", [p]
-    if isinstance(value, (int, float)):
-        return f"{kind} IN ('integer', 'real') AND json_extract({_PAYLOAD}, %s) = %s", [p, p, value]
-    return f"{kind} = 'text' AND json_extract({_PAYLOAD}, %s) = %s", [p, p, str(value)]
-
-
-def claim_sql(*, by_id: bool, nqueues: int, gate: bool = True) -> str:
-    """The claim: one conditional ``UPDATE ... RETURNING`` of the due waiting jobs in the
-    claim's order (placeholders: the new owner, the job id or the queues, the limit).
-    ``gate`` keeps out the jobs of paused and limited queues (:func:`open_queue`); only
-    :meth:`SqliteDriver.claim_limited_queue` leaves it out. It always passes over a job without
-    its spec or beside an open attempt (:func:`claimable`)."""
-    guards = f"AND {claimable('tenure_job')} " + (
-        f"AND {open_queue('tenure_job.queue')}" if gate else ""
-    )
-    # SQLite's UPDATE ... FROM may not name the joined table in RETURNING; a subquery by key
-    # per column may, in the SET list and in RETURNING alike.
-    spec = "(SELECT {c} FROM tenure_job_spec AS s WHERE s.job_id = tenure_job.id)"
-    lease, timeout = spec.format(c="lease_seconds"), spec.format(c="timeout_seconds")
-    returned = [*CLAIMED_JOB_COLUMNS, *(f"{spec.format(c=c)} AS {c}" for c in SPEC_COLUMNS)]
-    expiry = f"strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now', '+' || {lease} || ' seconds')"
-    deadline = f"strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now', '+' || {timeout} || ' seconds')"
-    where = "id = %s" if by_id else f"queue IN ({', '.join(['%s'] * nqueues)})"
-    return f"""
-    UPDATE tenure_job SET {CLAIM_SET.format(t="", now=SQLITE_NOW, expiry=expiry, deadline=deadline)}
-    WHERE state = 'waiting' AND id IN (
-        SELECT id FROM tenure_job
-        WHERE state = 'waiting' AND {where} AND run_at <= {SQLITE_NOW} {guards}
-        ORDER BY priority DESC, run_at, id
-        LIMIT %s
-    )
-    RETURNING {", ".join(returned)}
-    """
+from .sqlite_statements import (
+    DATABASE_LIST,
+    INSERT_JOB_SPEC,
+    NOW,
+    RENEW_LEASE,
+    SQLITE_NOW,
+    attempt_insert_sql,
+    claim_sql,
+    insert_jobs_sql,
+    make_due_sql,
+    payload_leaf_sql,
+    steps_succeeded_sql,
+)
 
 
 class SqliteDriver(Driver):
@@ -119,7 +71,7 @@ class SqliteDriver(Driver):
         ``cp`` onto it or ``.restore`` does) keeps both and is not told apart. An in-memory
         database has neither."""
         with connection.cursor() as cur:
-            cur.execute("PRAGMA database_list")
+            cur.execute(DATABASE_LIST)
             files = {str(r["name"]): str(r["file"] or "") for r in named_rows(cur)}
         path = files.get("main", "")
         if not path:
@@ -131,11 +83,16 @@ class SqliteDriver(Driver):
             return {"vendor": "sqlite", "file": real}
         return {"vendor": "sqlite", "file": real, "inode": inode}
 
-    def atomic(self) -> AbstractContextManager[Any]:
+    def now(self) -> datetime:
+        with self.connection.cursor() as cur:
+            cur.execute(NOW, [])
+            return to_datetime(cur.fetchone()[0])  # type: ignore[no-any-return]
+
+    def atomic(self, *, savepoint: bool = True) -> AbstractContextManager[Any]:
         """A transaction (or savepoint); a ``transactional`` handler's, taken back past its
         bound, ends in :class:`~scheduler_core.exceptions.WriteLockHeldTooLong`
         (:mod:`.sqlite_hold`)."""
-        return WATCH.atomic(super().atomic(), self.connection)
+        return WATCH.atomic(super().atomic(savepoint=savepoint), self.connection)
 
     def limit_handler_idle(self, lease: Lease | None = None) -> None:
         """Bound how long the ``transactional`` handler about to run in this transaction (the
@@ -214,29 +171,32 @@ class SqliteDriver(Driver):
             rows = named_rows(cur)
             if not rows:
                 return []
-            marks = ", ".join(["%s"] * len(rows))
             ids = [r["id"] for r in rows]
-            cur.execute(
-                f"{ATTEMPT_INSERT} FROM tenure_job WHERE id IN ({marks}) RETURNING id, job_id", ids
-            )
+            cur.execute(attempt_insert_sql(len(ids)), ids)
             attempt_of = {r["job_id"]: r["id"] for r in named_rows(cur)}
         claimed = [{**r, "attempt_id": attempt_of[r["id"]]} for r in rows]
         return leases_from_rows(claimed, executor=executor, sent=sent)
 
-    def complete(self, lease: Lease) -> int | None:
+    def complete(self, lease: Lease, *, result: Any = None) -> int | None:
         """:meth:`Driver.finish` with ``COMPLETE`` (no transaction id to return)."""
-        self.finish(lease, Decision(transition=states.COMPLETE), outcome="succeeded")
+        self.finish(lease, Decision(transition=states.COMPLETE), outcome="succeeded", result=result)
         return None
 
     def complete_many_and_claim(
-        self, leases: Sequence[Lease], *, executor: str, queues: Sequence[str], limit: int
+        self,
+        leases: Sequence[Lease],
+        *,
+        executor: str,
+        queues: Sequence[str],
+        limit: int,
+        results: Mapping[int, Any] | None = None,
     ) -> tuple[int | None, set[int], list[Lease]]:
         """Each completion, then the claim, in the caller's transaction (SQLite's one write
         lock makes them one commit as surely as one statement would)."""
         matched: set[int] = set()
         for lease in leases:
             try:
-                self.complete(lease)
+                self.complete(lease, result=(results or {}).get(lease.attempt_id))
                 matched.add(lease.job_id)
             except (StaleAttempt, EffectsUnsettled, JobCancelled):
                 pass  # left out; the caller asks why once the rest has committed
@@ -244,20 +204,47 @@ class SqliteDriver(Driver):
         return None, matched, got
 
     def renew_lease(self, lease: Lease) -> list[dict[str, Any]]:
-        """:data:`~scheduler_core.storage.base.HEARTBEAT_SQL` with SQLite's clock."""
-        sql = HEARTBEAT_SQL.format(
-            now=SQLITE_NOW, expiry="strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now', %s)"
-        )
+        """:data:`.sqlite_statements.RENEW_LEASE`, the renewal with SQLite's clock."""
         with self.connection.cursor() as cur:
             cur.execute(
-                sql, [f"{float(lease.lease_seconds):+.6f} seconds", lease.job_id, lease.fence]
+                RENEW_LEASE,
+                [f"{float(lease.lease_seconds):+.6f} seconds", lease.job_id, lease.fence],
             )
             return named_rows(cur)
+
+    def steps_succeeded(self, job_ids: Sequence[int]) -> list[int]:
+        """The release (its children count the steps off), then the children it brought to
+        zero become due at the database's now: two statements."""
+        if not job_ids:
+            return []
+        # One statement whatever the fan-out; a child two of these parents share counts both.
+        # Concurrent completions of a fan-in's parents queue on the child's row, and each
+        # subtracts from what the one before it left, so exactly one sees zero.
+        with self.connection.cursor() as cur:
+            cur.execute(steps_succeeded_sql(len(job_ids)), [*job_ids, *job_ids])
+            ready = sorted(int(j) for j, pending in cur.fetchall() if pending <= 0)
+        if not ready:
+            return []
+        with self.connection.cursor() as cur:
+            cur.execute(
+                make_due_sql(len(ready)),
+                [
+                    *ready,
+                    states.State.WAITING.value,
+                    self.connection.ops.adapt_datetimefield_value(rules.BLOCKED_AT),
+                ],
+            )
+            rows = cur.fetchall()
+        return self._announce_due(rows)
 
     def insert_job(self, fields: dict[str, Any]) -> Job | None:
         """The ORM's insert; a taken ``unique_key`` is found by the unique index (a savepoint
         keeps the caller's transaction usable)."""
-        values = {k: v for k, v in fields.items() if k != "hinted" and k not in SPEC_COLUMNS}
+        values = {
+            k: v
+            for k, v in fields.items()
+            if k not in ("hinted", "trace_context") and k not in SPEC_COLUMNS
+        }
         values.update(
             run_at=values["run_at"] if values["run_at"] is not None else DbNow(),
             state=states.State.WAITING,
@@ -276,7 +263,9 @@ class SqliteDriver(Driver):
                     raise
                 return None
             JobSpec.objects.using(self.alias).create(
-                job=job, **{k: fields[k] for k in SPEC_COLUMNS}
+                job=job,
+                **{k: fields.get(k) for k in SPEC_COLUMNS},
+                trace_context=fields.get("trace_context"),
             )
             job.refresh_from_db()
         return job
@@ -284,16 +273,7 @@ class SqliteDriver(Driver):
     def insert_jobs(
         self, fields: dict[str, Any], payloads: Sequence[dict[str, Any]]
     ) -> list[tuple[int, datetime]]:
-        hint = SQLITE_NOW if fields["hinted"] else "NULL"
-        sql = f"""
-            INSERT INTO tenure_job (name, queue, priority, run_at, state, fence, lease_owner,
-                attempts, max_attempts, next_kind, version, created_at, updated_at, hinted_at,
-                last_error, reason)
-            SELECT %s, %s, %s, COALESCE(%s, {SQLITE_NOW}), 'waiting', 0, '', 0, %s, 'run', 1,
-                {SQLITE_NOW}, {SQLITE_NOW}, {hint}, '', ''
-            FROM json_each(%s) AS p ORDER BY p.key
-            RETURNING id, run_at
-        """
+        sql = insert_jobs_sql(hinted=bool(fields["hinted"]))
         run_at = fields["run_at"]
         params = [
             fields["name"],
@@ -303,17 +283,20 @@ class SqliteDriver(Driver):
             fields["max_attempts"],
             json.dumps(list(payloads), ensure_ascii=False, allow_nan=False),
         ]
-        spec_sql = f"""
-            INSERT INTO tenure_job_spec (job_id, {", ".join(SPEC_COLUMNS)})
-            VALUES (%s, json(%s), %s, %s, %s)
-        """
-        spec = [fields["lease_seconds"], fields["effect"], fields["timeout_seconds"]]
+        trace = fields.get("trace_context")
+        spec = [
+            fields["lease_seconds"],
+            fields["effect"],
+            fields["timeout_seconds"],
+            fields.get("workflow_id"),
+            None if trace is None else json.dumps(trace),
+        ]
         with self.atomic(), self.connection.cursor() as cur:
             cur.execute(sql, params)
             got = sorted((int(i), to_datetime(at)) for i, at in cur.fetchall())
             # One statement inserted the jobs in the payloads' order, each id above the last.
             cur.executemany(
-                spec_sql,
+                INSERT_JOB_SPEC,
                 [
                     [job_id, json.dumps(p, ensure_ascii=False, allow_nan=False), *spec]
                     for (job_id, _), p in zip(got, payloads, strict=True)
@@ -338,11 +321,13 @@ class SqliteDriver(Driver):
                     .values("job")
                 )
                 .exclude(Exists(self.unsettled_of_job(OuterRef("pk"))))
+                .exclude(Exists(self.unfinished_children(OuterRef("pk"))))
                 .order_by("updated_at", "id")
                 .values_list("id", flat=True)[:limit]
             )
             if not ids:
                 return 0
+            self.forget_steps(ids)
             EffectEvent.objects.using(self.alias).filter(effect__job_id__in=ids).delete()
             Effect.objects.using(self.alias).filter(job_id__in=ids).delete()
             Attempt.objects.using(self.alias).filter(job_id__in=ids).delete()

@@ -150,6 +150,22 @@ class Worker(rq.Worker):
         hb.start()
         _worker.update(id=executor_id, hb=hb)
 
+    def subscribe(self) -> None:
+        """Listen on this worker's control channel, reading it in waits of one second.
+
+        RQ reads the channel in waits of 60 s, and at shutdown waits for the read under way
+        to end. If the reader takes the reply to the shutdown's UNSUBSCRIBE before it is told
+        to stop, it starts another read, and a warm shutdown lasts a minute after its last
+        job (tests/transports/test_rq_messages.py::
+        test_a_warm_shutdown_does_not_wait_out_a_read_of_the_control_channel).
+        """
+        self.log.info("Worker %s: subscribing to channel %s", self.name, self.pubsub_channel_name)
+        self.pubsub = self.connection.pubsub()
+        self.pubsub.subscribe(**{self.pubsub_channel_name: self.handle_payload})
+        self.pubsub_thread = self.pubsub.run_in_thread(  # type: ignore[assignment]
+            sleep_time=1, daemon=True, exception_handler=self._pubsub_exception_handler
+        )
+
     def teardown(self) -> None:
         """Mark this worker's executor row stopped."""
         hb = _worker.get("hb")

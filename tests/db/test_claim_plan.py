@@ -19,7 +19,7 @@ from scheduler_core.domain import states
 from scheduler_core.domain.outcomes import Decision
 from scheduler_core.models import Job
 from scheduler_core.runtime import connections
-from scheduler_core.storage import floors, postgres
+from scheduler_core.storage import floors, pg_statements, postgres
 from scheduler_core.storage.drivers import driver
 from scheduler_core.storage.records import Lease
 
@@ -47,10 +47,12 @@ def _plan(sql: str, params: list[Any]) -> str:
 
 
 def _claim_statement(queues: list[str], *, floors: bool, limit: int = 1) -> tuple[str, list[Any]]:
-    shape = postgres.claim_shape(by_id=False, nqueues=len(queues), floors=floors)
+    shape = pg_statements.claim_shape(by_id=False, nqueues=len(queues), floors=floors)
     seeks = [(q, 0, driver().now() - dt.timedelta(seconds=60)) for q in queues] if floors else []
-    sql = f"WITH {postgres.claim_ctes(shape)} SELECT * FROM got"
-    return sql, postgres.claim_params(shape, executor=EXEC, queues=queues, limit=limit, seeks=seeks)
+    sql = f"WITH {pg_statements.claim_ctes(shape)} SELECT * FROM got"
+    return sql, pg_statements.claim_params(
+        shape, executor=EXEC, queues=queues, limit=limit, seeks=seeks
+    )
 
 
 @pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL's planner")
@@ -69,7 +71,7 @@ def test_the_claim_reads_the_index_in_order_whatever_the_backlog(
     assert "Seq Scan on tenure_job" not in plan, plan
     assert "Sort Key: tenure_job.priority" not in plan, plan
     # The guard against a job beside an open attempt is a probe per candidate, not an
-    # anti-join reading every open attempt on each claim (records.claimable).
+    # anti-join reading every open attempt on each claim (pg_statements.claimable).
     assert "Anti Join" not in plan and "Seq Scan on tenure_attempt" not in plan, plan
     # The completion with the next claim uses the same walk.
     [lease] = driver().claim(executor=EXEC, queues=queues, limit=1)
@@ -87,12 +89,12 @@ def test_claimed_and_completed_rows_are_found_by_key_when_statistics_are_stale()
         cur.execute("ANALYZE tenure_job")
     in_a.enqueue_many([{"n": i} for i in range(3000)])
     [lease] = driver().claim(executor=EXEC, queues=["plan_a"], limit=1)
-    shape = postgres.claim_shape(by_id=False, nqueues=1, floors=False)
-    sql = postgres.complete_many_sql(shape)
+    shape = pg_statements.claim_shape(by_id=False, nqueues=1, floors=False)
+    sql = pg_statements.complete_many_sql(shape)
     params = [
-        *postgres.claim_params(shape, executor=EXEC, queues=["plan_a"], limit=8),
+        *pg_statements.claim_params(shape, executor=EXEC, queues=["plan_a"], limit=8),
         *driver()._complete_params([lease]),
-        *postgres.limited_params(shape, queues=["plan_a"], job_id=None),
+        *pg_statements.limited_params(shape, queues=["plan_a"], job_id=None),
     ]
     plan = _plan(sql, params)
     assert "tenure_job_state" not in plan, plan
@@ -155,11 +157,11 @@ def test_a_plan_made_on_an_empty_table_is_replaced_once_the_table_has_grown(
     with connection.cursor() as cur:
         cur.execute("SET plan_cache_mode = force_generic_plan")
         cur.execute("ANALYZE tenure_job")  # empty: the statistics say no rows, no pages
-    shape = postgres.claim_shape(by_id=False, nqueues=1, floors=False)
+    shape = pg_statements.claim_shape(by_id=False, nqueues=1, floors=False)
     params = [
-        *postgres.claim_params(shape, executor=EXEC, queues=["plan_a"], limit=1),
+        *pg_statements.claim_params(shape, executor=EXEC, queues=["plan_a"], limit=1),
         *driver()._complete_params([]),
-        *postgres.limited_params(shape, queues=["plan_a"], job_id=None),
+        *pg_statements.limited_params(shape, queues=["plan_a"], job_id=None),
     ]
     floors.FLOORS.forget()
     driver().complete_many_and_claim([], executor=EXEC, queues=["plan_a"], limit=1)
@@ -243,7 +245,7 @@ def test_the_reaper_and_retention_stop_their_index_walks_at_their_time_bound(sea
             sql, params = driver().expired_leases(1.0)[:100].query.sql_with_params()
         index, column = "tenure_job_leases", "lease_expires_at"
     else:
-        sql, params = postgres._PRUNE_SQL, ["succeeded", 3600.0, 1000, "succeeded"]
+        sql, params = pg_statements.PRUNE_FINISHED, ["succeeded", 3600.0, 1000, "succeeded"]
         index, column = "tenure_job_state", "updated_at"
     in_a.enqueue_many([{"n": i} for i in range(3000)])
     Job.objects.update(
@@ -303,9 +305,9 @@ def test_a_claim_seeks_past_the_entries_a_held_snapshot_keeps() -> None:
                 driver().complete(lease)
         floor = driver().now()
         in_a.enqueue_many([{"n": i} for i in range(10)])
-        shape = postgres.claim_shape(by_id=False, nqueues=1, floors=True)
-        seek = f"WITH {postgres.claim_ctes(shape)} SELECT * FROM got"
-        seek_params = postgres.claim_params(
+        shape = pg_statements.claim_shape(by_id=False, nqueues=1, floors=True)
+        seek = f"WITH {pg_statements.claim_ctes(shape)} SELECT * FROM got"
+        seek_params = pg_statements.claim_params(
             shape, executor=EXEC, queues=["plan_a"], limit=1, seeks=[("plan_a", 0, floor)]
         )
         from_start, from_floor = (
@@ -382,6 +384,29 @@ def test_a_wakeup_during_a_claim_keeps_the_floor_at_its_job() -> None:
     assert fl.seeks(["q"], now=time.monotonic()) == [("q", 0, t + dt.timedelta(seconds=5) - margin)]
 
 
+def test_a_full_read_lowers_a_floor_a_wakeup_for_a_later_job_set() -> None:
+    """A process that knows no floor (just started, or on a new connection after a failover)
+    hears the wake-up of a job due later (a retry's backoff): the floor it sets is above the
+    jobs already waiting. The full read that follows took the oldest of them; its floor must
+    win, or the claims between full reads seek past every waiting job and the queue drains a
+    claim's limit per full-read interval (``make chaos-failover`` drained 8 jobs per 5 s)."""
+    fl = floors.ClaimFloors()
+    margin = dt.timedelta(seconds=conf.tenure_settings().CLAIM_FLOOR_MARGIN_SECONDS)
+    t = driver().now()
+
+    def lease(due: dt.datetime) -> Lease:
+        return Lease(
+            job_id=1, fence=1, attempt=1, attempt_id=1, kind="run", name="x", queue="q",
+            payload={}, lease_seconds=30, effect="at_least_once", max_attempts=1,
+            created_at=t, executor=EXEC, priority=0, due_at=due,
+        )  # fmt: skip
+
+    fl.woken("q", 0, t + dt.timedelta(seconds=30))
+    sent = time.monotonic()
+    fl.learn(["q"], [lease(t - dt.timedelta(seconds=10))], limit=4, full=True, now=sent)
+    assert fl.seeks(["q"], now=sent + 0.1) == [("q", 0, t - dt.timedelta(seconds=10) - margin)]
+
+
 @pytest.mark.skipif(connection.vendor != "postgresql", reason="claim floors are PostgreSQL's")
 def test_a_job_enqueued_behind_the_floors_is_claimed_after_its_wakeup() -> None:
     """An enqueue that commits late (its due time already below the floors) and a job of a
@@ -426,7 +451,7 @@ def test_jobs_arriving_one_at_a_time_are_claimed_from_the_floors(claim_shapes: l
         [lease] = driver().claim(executor=EXEC, queues=["plan_a"], limit=1)
         assert driver().claim(executor=EXEC, queues=["plan_a"], limit=1) == []
         driver().complete(lease)
-    full = [s for s in claim_shapes if s != postgres.CLAIM_FROM_FLOORS]
+    full = [s for s in claim_shapes if s != pg_statements.CLAIM_FROM_FLOORS]
     assert len(claim_shapes) == 60
     assert len(full) <= 2, claim_shapes
 
@@ -448,7 +473,7 @@ def test_a_lower_priority_a_cut_off_full_read_did_not_reach_is_discovered(
     got = driver().claim(executor=EXEC, queues=["plan_a"], limit=8)
     assert [x.priority for x in got] == [5, 5, 0]
     assert got[-1].job_id == low.pk
-    assert claim_shapes == [postgres.CLAIM_ONE_QUEUE, postgres.CLAIM_FROM_FLOORS]
+    assert claim_shapes == [pg_statements.CLAIM_ONE_QUEUE, pg_statements.CLAIM_FROM_FLOORS]
 
 
 def test_a_full_read_that_takes_long_comes_no_more_often_than_twenty_times_its_time() -> None:
@@ -612,7 +637,7 @@ def _entries_read(op: Any, *indexes: str) -> dict[str, int]:
 
 @pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL's visibility rules")
 @pytest.mark.parametrize(
-    "write", ["complete", "complete_and_claim", "heartbeat", "fail", "return_value"]
+    "write", ["complete", "complete_with_result", "complete_and_claim", "heartbeat", "fail"]
 )
 def test_an_attempts_own_writes_find_its_row_by_key_past_the_entries_a_held_snapshot_keeps(
     write: str,
@@ -637,6 +662,7 @@ def test_an_attempts_own_writes_find_its_row_by_key_past_the_entries_a_held_snap
         lease = leases[0]
         ops = {
             "complete": lambda: driver().complete(lease),
+            "complete_with_result": lambda: driver().complete(lease, result={"v": 1}),
             "complete_and_claim": lambda: driver().complete_many_and_claim(
                 [lease], executor=EXEC, queues=["plan_a"], limit=1
             ),
@@ -644,7 +670,6 @@ def test_an_attempts_own_writes_find_its_row_by_key_past_the_entries_a_held_snap
             "fail": lambda: driver().finish(
                 lease, Decision(transition=states.FAIL, reason="x"), outcome="failed"
             ),
-            "return_value": lambda: driver().record_return_value(lease, {"v": 1}),
         }
         read = _entries_read(ops[write], "tenure_open_attempt_pkey", "tenure_job_leases")
         assert max(read.values()) < 10, read

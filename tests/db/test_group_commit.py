@@ -117,3 +117,22 @@ def test_a_stopping_worker_writes_the_completions_handed_over_and_releases_nothi
     # Its handler returned: the completion is written, not released back to waiting.
     assert a.state == "succeeded"
     assert Attempt.objects.get(pk=lease.attempt_id).outcome == "succeeded"
+
+
+@pytest.mark.postgres
+def test_a_lost_commit_whose_transaction_id_reads_back_committed_is_confirmed_by_its_rows(
+    commit_breaks: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Every COMMIT of a group write breaks before anything committed, while the server says
+    # its transaction id committed: what a crashed server answers once it has given that id,
+    # never recorded in its log, to a later transaction (the 30-minute fault run met it after
+    # immediate restarts: jobs 1293, 3979, 4219).
+    monkeypatch.setattr(driver(), "transaction_status", lambda xid: "committed")
+    [job_id] = ok.enqueue_many([{"n": 0}])
+    w = worker.Worker(
+        queues=[QUEUE], concurrency=1, burst=True, poll_interval=0.05, group_commit=True
+    )
+    stats = w.run()
+    assert "succeeded" not in stats.outcomes, stats.outcomes
+    assert not Attempt.objects.filter(job_id=job_id, outcome="succeeded").exists()
+    assert Job.objects.get(pk=job_id).state == "leased"

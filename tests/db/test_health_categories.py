@@ -9,7 +9,10 @@ import pytest
 
 from scheduler_core import job
 from scheduler_core.models import Job
-from scheduler_core.read import health
+from scheduler_core.read import health, liveness
+from scheduler_core.read.jobs import JobFilter
+from scheduler_core.read.queues import queue_overview
+from scheduler_core.services import queues
 from scheduler_core.storage.drivers import driver
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -120,3 +123,95 @@ def test_a_claim_observes_its_latency_from_due_time_by_the_database_clock() -> N
     # database's clock).
     metrics.claimed(driver().claim(executor="h:1:t", queues=["health-defs"], job_id=j.pk))
     assert between_5_and_10() == before + 1  # due 7 s before the claim
+
+
+def _limit(**kw: Any) -> None:
+    queues.set_limits(
+        "health-defs",
+        max_leased=kw.get("max_leased"),
+        max_per_second=kw.get("max_per_second"),
+        actor="op",
+        reason="test",
+        expected_version=None,
+    )
+
+
+def _old(seconds: float = 120) -> Job:
+    j = defs.enqueue()
+    Job.objects.filter(pk=j.pk).update(run_at=driver().now() - dt.timedelta(seconds=seconds))
+    return j
+
+
+def test_a_rate_limited_queues_due_jobs_are_held_by_the_limit_not_stuck(settings: Any) -> None:
+    settings.TENURE_STUCK_AFTER_SECONDS = 60
+    _limit(max_per_second=0.001)
+    # A claim consults the bucket: executors are asking, the limit answers.
+    driver().claim_within_limits(["health-defs"], executor="h:1:t", limit=5)
+    old = _old()
+    held = {old.pk} | {j.pk for j in Job.objects.filter(queue="health-defs", state="waiting")}
+    assert _in("rate_limited") == held
+    assert _in("stuck") == set() and _in("waiting_due") == set()
+    verdict = liveness.assess(pressure=None)
+    assert "stuck" not in {r.key for r in verdict.reasons}
+    (reason,) = [r for r in verdict.reasons if r.key == "held_back"]
+    assert reason.queue == "health-defs" and "claims per second" in reason.text
+
+
+def test_a_rate_limited_queue_nobody_claims_from_is_stuck(settings: Any) -> None:
+    settings.TENURE_STUCK_AFTER_SECONDS = 60
+    _limit(max_per_second=5)
+    old = _old()
+    assert _in("rate_limited") == set()
+    assert _in("stuck") == {old.pk}
+
+
+def test_a_queue_at_its_concurrency_limit_holds_its_due_jobs(settings: Any) -> None:
+    settings.TENURE_STUCK_AFTER_SECONDS = 60
+    _leased()
+    old = _old()
+    assert _in("stuck") == {old.pk}
+    _limit(max_leased=1)
+    assert _in("concurrency_limited") == {old.pk}
+    assert _in("stuck") == set() and _in("waiting_due") == set()
+    row = {r["name"]: r for r in queue_overview()}["health-defs"]
+    assert row["held_by"]["concurrency_limited"] == 1 and row["due"] == 1 and row["held"] == 1
+    assert "at most 1 leased at once (1 now)" in row["holds"]
+
+
+def test_a_paused_queues_due_jobs_are_paused_not_due(settings: Any) -> None:
+    settings.TENURE_STUCK_AFTER_SECONDS = 60
+    old = _old()
+    queues.pause("health-defs", actor="op", reason="maintenance")
+    assert _in("paused") == {old.pk}
+    assert _in("waiting_due") == set() and _in("stuck") == set()
+
+
+def test_the_categories_partition_waiting_jobs(settings: Any) -> None:
+    settings.TENURE_STUCK_AFTER_SECONDS = 60
+    now = driver().now()
+    _old()
+    defs.enqueue(run_at=now + dt.timedelta(hours=1))
+    _leased()
+    _limit(max_leased=1)
+    waiting = set(Job.objects.filter(state="waiting").values_list("pk", flat=True))
+    parts = [
+        _in(c)
+        for c in (
+            "waiting_due",
+            "waiting_scheduled",
+            "waiting_backing_off",
+            *health.HELD_CATEGORIES,
+        )
+    ]
+    assert sum(len(p) for p in parts) == len(waiting) and set().union(*parts) == waiting
+
+
+def test_the_overview_and_the_list_count_each_category_alike(settings: Any) -> None:
+    settings.TENURE_STUCK_AFTER_SECONDS = 60
+    _old()
+    defs.enqueue()
+    _leased()
+    _limit(max_leased=1)
+    counts = health.health_counts()
+    for category in health.HEALTH_CATEGORIES:
+        assert JobFilter(health=category).queryset().count() == counts[category], category

@@ -16,7 +16,7 @@ from django.db import connection, transaction
 
 from scheduler_core.models import Attempt, Job, MinuteStats
 from scheduler_core.services import history, maintenance
-from scheduler_core.storage import postgres
+from scheduler_core.storage import pg_statements
 from scheduler_core.storage.drivers import driver
 from scheduler_core.storage.history import ROLLUP_MARGIN
 from tests.hand_rows import hand_job
@@ -232,7 +232,7 @@ def test_waiting_jobs_claimed_before_are_rolled_up_and_new_ones_are_not_read() -
         cur.execute("ANALYZE tenure_job")
         cur.execute("SET LOCAL enable_seqscan = off")
         params = {"start": m, "end": m + MIN, "since": m - ROLLUP_MARGIN}
-        cur.execute("EXPLAIN " + postgres._ROLLUP_SQL, params)
+        cur.execute("EXPLAIN " + pg_statements.MINUTE_ROLLUP, params)
         plan = "\n".join(r[0] for r in cur.fetchall())
         transaction.set_rollback(True)
     assert "tenure_job_retried" in plan
@@ -281,7 +281,7 @@ def test_the_rollup_reads_no_attempt_outside_its_minutes() -> None:
     with transaction.atomic(), connection.cursor() as cur:
         cur.execute("SET LOCAL jit = off")
         params = {"start": m, "end": m + MIN, "since": m - ROLLUP_MARGIN}
-        cur.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + postgres._ROLLUP_SQL, params)
+        cur.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + pg_statements.MINUTE_ROLLUP, params)
         plan = cur.fetchone()[0][0]["Plan"]
         transaction.set_rollback(True)
     assert _attempt_rows_read(plan) <= 2_000

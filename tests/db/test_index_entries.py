@@ -193,10 +193,12 @@ def test_migration_0016_indexes_the_leased_jobs_by_queue_and_its_reverse_drops_t
     from .migrating import latest_after, migrate
 
     ok.enqueue_many([{"n": i} for i in range(5)])
+    # Claimed on today's schema (today's claim reads columns later migrations add), then
+    # taken back to 0015 with two jobs leased.
+    driver().claim(executor="t:1:entries", queues=["indexentries"], limit=2)
     with latest_after():
         migrate([("scheduler_core", "0015_one_open_attempt")])
         assert "tenure_job_queue_leased" not in _indexes("tenure_job")
-        driver().claim(executor="t:1:entries", queues=["indexentries"], limit=2)
         migrate([("scheduler_core", "0016_queue_leased_index")])
         assert _indexes("tenure_job")["tenure_job_queue_leased"] == ["queue"]
         with connection.cursor() as cur:

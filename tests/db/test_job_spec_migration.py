@@ -72,7 +72,10 @@ def test_0012_copies_every_jobs_spec_and_0011_takes_it_back(at_0011: None) -> No
     migrate(AFTER)
     got = {
         j.pk: (j.payload, j.effect, j.lease_seconds, j.timeout_seconds)
-        for j in Job.objects.select_related("spec").filter(pk__in=ids)
+        # The spec as 0012 made it: columns later migrations add are left out.
+        for j in Job.objects.select_related("spec")
+        .defer("spec__workflow_id", "spec__trace_context")
+        .filter(pk__in=ids)
     }
     assert got == dict(zip(ids, OLD, strict=True))
     # A job migrated is claimed with its own lease length and payload (by today's claim, on

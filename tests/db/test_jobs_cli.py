@@ -75,7 +75,15 @@ def test_resolve_needs_the_verified_fact_and_records_it(capsys: Any, os_user: st
     assert "verified=applied" in err and "--verified" in err
     assert snapshot() == before
     code, out, err = jobs_cli(
-        capsys, "resolve", str(j.pk), "--reason", "seen at the bank", "--verified", "applied"
+        capsys,
+        "resolve",
+        str(j.pk),
+        "--reason",
+        "seen at the bank",
+        "--verified",
+        "applied",
+        "--effect",
+        "charge",
     )
     assert (code, err) == (0, "")
     assert "indeterminate -> succeeded" in out and "verified applied: charge" in out
@@ -92,13 +100,23 @@ def test_retry_asks_for_a_fact_exactly_where_the_dashboard_does(capsys: Any) -> 
     assert code == EXIT_REFUSED and "needs the fact you verified" in err
     assert snapshot() == before
     code, out, _ = jobs_cli(
-        capsys, "retry", str(unknown.pk), "--reason", "r", "--verified", "not_applied"
+        capsys,
+        "retry",
+        str(unknown.pk),
+        "--reason",
+        "r",
+        "--verified",
+        "not_applied",
+        "--effect",
+        "charge",
     )
     assert code == 0 and "failed -> waiting" in out
     assert Effect.objects.get(job=unknown).state == Effect.NOT_APPLIED
     # A failed job with no unknown outcome takes no fact: stating one is refused.
     plain = f.failed()
-    code, _, err = jobs_cli(capsys, "retry", str(plain.pk), "--reason", "r", "--fact", "applied")
+    code, _, err = jobs_cli(
+        capsys, "retry", str(plain.pk), "--reason", "r", "--fact", "applied", "--effect", "charge"
+    )
     assert code == EXIT_REFUSED and "has none" in err
     # Same key only for an idempotent job.
     amo = f.indeterminate("ui.notify")
@@ -117,7 +135,12 @@ def test_cancel_a_waiting_job_at_once_and_ask_a_running_one_to_stop(
     running, _lease = f.running()
     code, out, _ = jobs_cli(capsys, "cancel", str(running.pk), "--reason", "hung on a vendor")
     assert code == 0
-    assert "leased -> leased (cancel_running" in out and "cancel requested at" in out
+    # What happened, in words: the state did not move, so no "leased -> leased".
+    assert "leased -> leased" not in out
+    assert (
+        "cancel requested: the running attempt stops at its next heartbeat (cancel_running" in out
+    )
+    assert "cancel requested at" in out
     row = Job.objects.get(pk=running.pk)
     assert row.state == "leased" and row.cancel_requested_at is not None
     audit = AuditEntry.objects.get(job=running)
@@ -164,7 +187,9 @@ def test_a_not_applied_fact_names_the_owners_it_accepts_by_fence(capsys: Any) ->
     j = f.reaped("ui.short_notify")
     fence = Job.objects.get(pk=j.pk).fence
     before = snapshot()
-    code, _, err = jobs_cli(capsys, "retry", str(j.pk), "--reason", "r", "--fact", "not_applied")
+    code, _, err = jobs_cli(
+        capsys, "retry", str(j.pk), "--reason", "r", "--fact", "not_applied", "--effect", "charge"
+    )
     assert code == EXIT_REFUSED and "may still be in flight" in err
     assert f"--accept-in-flight {fence}" in err
     code, _, err = jobs_cli(
@@ -175,6 +200,8 @@ def test_a_not_applied_fact_names_the_owners_it_accepts_by_fence(capsys: Any) ->
         "r",
         "--fact",
         "not_applied",
+        "--effect",
+        "charge",
         "--accept-in-flight",
         str(fence + 7),
     )
@@ -188,6 +215,8 @@ def test_a_not_applied_fact_names_the_owners_it_accepts_by_fence(capsys: Any) ->
         "r",
         "--fact",
         "not_applied",
+        "--effect",
+        "charge",
         "--accept-in-flight",
         str(fence),
     )
@@ -201,6 +230,25 @@ def test_cancel_states_the_fact_about_an_unknown_effect(capsys: Any) -> None:
     assert code == EXIT_REFUSED and "cancelled would hide" in err
     assert "--verified applied|not_applied" in err
     assert snapshot() == before
-    code, out, _ = jobs_cli(capsys, "cancel", str(j.pk), "--reason", "r", "--fact", "applied")
+    code, out, _ = jobs_cli(
+        capsys, "cancel", str(j.pk), "--reason", "r", "--fact", "applied", "--effect", "charge"
+    )
     assert code == 0 and "indeterminate -> cancelled" in out
     assert Effect.objects.get(job=j).state == Effect.APPLIED
+
+
+def test_a_fact_names_the_effect_it_is_about_even_the_only_one(capsys: Any) -> None:
+    """The console's dialog ticks no effect for the operator; the command line implies none
+    either (fails on the code before: a fact with no --effect settled the only unknown one)."""
+    j = f.indeterminate("ui.charge")
+    before = snapshot()
+    for action, fact in (("resolve", "applied"), ("retry", "not_applied")):
+        code, out, err = jobs_cli(capsys, action, str(j.pk), "--reason", "r", "--fact", fact)
+        assert (code, out) == (EXIT_REFUSED, "")
+        assert f"name each effect you verified {fact} (--effect NAME)" in err
+        assert "the outcome of charge is unknown" in err
+    assert snapshot() == before
+    code, out, _ = jobs_cli(
+        capsys, "resolve", str(j.pk), "--reason", "r", "--fact", "applied", "--effect", "charge"
+    )
+    assert code == 0 and "verified applied: charge" in out

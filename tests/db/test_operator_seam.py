@@ -70,7 +70,7 @@ def test_resolving_as_succeeded_always_needs_verified_applied() -> None:
 
 
 def test_bulk_retry_leaves_out_failed_jobs_whose_effect_outcome_is_unknown() -> None:
-    from admin_ui.queries import JobFilter, bulk_targets
+    from scheduler_core.read.jobs import JobFilter, bulk_targets
 
     unknown = _failed_with_unsettled_effect()
     plain = jobs.noop.enqueue()

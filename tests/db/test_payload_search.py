@@ -10,11 +10,11 @@ import pytest
 from django.db import connection, transaction
 
 from admin_ui.forms import JobFilterForm
-from admin_ui.queries import JobFilter
 from scheduler_core import job
 from scheduler_core.api import registry
 from scheduler_core.domain import payload_search
 from scheduler_core.models import Job
+from scheduler_core.read.jobs import JobFilter
 from scheduler_core.storage.drivers import driver
 
 pytestmark = pytest.mark.django_db

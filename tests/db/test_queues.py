@@ -378,28 +378,30 @@ def test_concurrent_claimers_never_exceed_max_leased() -> None:
 def test_the_gated_claims_read_jobs_by_key_or_in_index_order() -> None:
     from django.db import transaction
 
-    from scheduler_core.storage import postgres
+    from scheduler_core.storage import pg_statements
 
     ids = ok.enqueue_many([{"n": i} for i in range(3000)])
     _limit(max_leased=1, queue=OTHER)
     with connection.cursor() as cur:
         cur.execute("ANALYZE tenure_job")
     for shape, params in [
-        (postgres.CLAIM_BY_ID, {"job_id": ids[10], "queues": []}),
-        (postgres.CLAIM_ONE_QUEUE, {"queues": [Q]}),
-        (postgres.CLAIM_QUEUES, {"queues": [Q, OTHER]}),
+        (pg_statements.CLAIM_BY_ID, {"job_id": ids[10], "queues": []}),
+        (pg_statements.CLAIM_ONE_QUEUE, {"queues": [Q]}),
+        (pg_statements.CLAIM_QUEUES, {"queues": [Q, OTHER]}),
     ]:
-        sql = postgres.claim_sql(shape)
+        sql = pg_statements.claim_sql(shape)
         values = [
-            *postgres.claim_params(shape, executor=EXEC, limit=5, **params),  # type: ignore[arg-type]
-            *postgres.limited_params(shape, queues=params["queues"], job_id=params.get("job_id")),  # type: ignore[arg-type]
+            *pg_statements.claim_params(shape, executor=EXEC, limit=5, **params),  # type: ignore[arg-type]
+            *pg_statements.limited_params(
+                shape, queues=params["queues"], job_id=params.get("job_id")
+            ),  # type: ignore[arg-type]
         ]
         with transaction.atomic(), connection.cursor() as cur:
             cur.execute("EXPLAIN " + sql, values)
             plan = "\n".join(r[0] for r in cur.fetchall())
             transaction.set_rollback(True)
         assert "Seq Scan on tenure_job" not in plan, plan
-        if shape == postgres.CLAIM_BY_ID:
+        if shape == pg_statements.CLAIM_BY_ID:
             assert "Index Cond: (id = " in plan, plan  # one row, by key (its sort is of one)
         else:
             # The claim index's ordered walk, not a sort of every waiting job.
@@ -418,10 +420,24 @@ def test_the_overview_scan_counts_each_queue_as_the_queues_page_does() -> None:
     _pause(OTHER)
     rows, _, _ = health.overview_counts()
     by_page = {
-        r["name"]: {"waiting": r["waiting"], "due": r["due"], "leased": r["leased"]}
+        r["name"]: {k: r[k] for k in ("waiting", "due", "leased")} | r["held_by"]
         for r in queue_overview()
         if r["name"] in (Q, OTHER)
     }
-    assert health.queue_counts(rows) == by_page
-    assert by_page[Q] == {"waiting": 3, "due": 2, "leased": 1}  # 4 enqueued, 1 claimed
-    assert by_page[OTHER] == {"waiting": 1, "due": 1, "leased": 0}
+    assert {k: v for k, v in health.queue_counts(rows).items() if k in (Q, OTHER)} == by_page
+    assert by_page[Q] == {  # 4 enqueued, 1 claimed
+        "waiting": 3,
+        "due": 2,
+        "leased": 1,
+        "paused": 0,
+        "concurrency_limited": 0,
+        "rate_limited": 0,
+    }
+    assert by_page[OTHER] == {  # due, and held by the pause
+        "waiting": 1,
+        "due": 1,
+        "leased": 0,
+        "paused": 1,
+        "concurrency_limited": 0,
+        "rate_limited": 0,
+    }

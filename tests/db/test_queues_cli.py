@@ -74,6 +74,9 @@ def test_list_shows_paused_state_who_and_why() -> None:
         (("limit", Q, "--max-leased", "-4", "--reason", "x"), "max_leased must be between", 1),
         (("limit", Q, "--reason", "x"), "give --max-leased", 1),
         (("pause", Q, "--reason", "x", "--expected-version", "3"), "changed since version 3", 3),
+        (("pause", "qcli-typo", "--reason", "x"), "no queue named 'qcli-typo' is known", 1),
+        (("limit", "qcli-typo", "--max-leased", "2", "--reason", "x"), "is known", 1),
+        (("pause", Q, "--reason", "x" * 4001), "4001 characters, more than the 4000", 1),
     ],
 )
 def test_a_refusal_raises_with_the_reason_and_changes_nothing(
@@ -96,3 +99,23 @@ def test_a_refusal_exits_non_zero_from_the_shell(child_env: dict[str, str]) -> N
     )
     assert p.returncode == 1, p.stdout + p.stderr
     assert "refused: queue qcli is not paused" in p.stderr
+
+
+def test_an_unknown_queue_is_paused_only_with_create() -> None:
+    out = _run("pause", "qcli-new", "--reason", "before its first deploy", "--create")
+    assert "qcli-new: paused" in out
+    assert Queue.objects.get(pk="qcli-new").paused
+
+
+def test_a_known_queue_with_no_jobs_is_listed_and_can_be_paused() -> None:
+    # Known because a job type routes to it: no job, no settings row yet.
+    assert any(r["name"] == Q for r in json.loads(_run("list", "--json")))
+    _run("pause", Q, "--reason", "quiet hours")
+    assert Queue.objects.get(pk=Q).paused
+
+
+def test_list_says_what_holds_each_queue() -> None:
+    ok.enqueue()
+    _run("pause", Q, "--reason", "maintenance window")
+    out = _run("list")
+    assert "held back: 1 (1 paused)" in out

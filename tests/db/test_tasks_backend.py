@@ -113,7 +113,7 @@ def test_a_transactional_tasks_return_value_commits_with_its_completion() -> Non
     assert transactional_total.get_result(result.id).return_value == 6
 
 
-def test_a_stale_attempts_return_value_is_refused() -> None:
+def test_a_stale_attempts_completion_and_its_return_value_are_refused() -> None:
     result = add.enqueue(1, 2)
     [old] = driver().claim(executor=EXECUTOR, job_id=int(result.id))
     # The lease runs out (moved back rather than waiting) and the reaper hands the job on.
@@ -124,7 +124,7 @@ def test_a_stale_attempts_return_value_is_refused() -> None:
     [new] = driver().claim(executor="tasks-test:2:y", job_id=old.job_id)
     assert new.fence == old.fence + 1
     with pytest.raises(StaleAttempt):
-        driver().record_return_value(old, 99)
+        driver().complete(old, result=99)
     assert Attempt.objects.get(pk=old.attempt_id).return_value is None
     assert run_lease(new) == "succeeded"
     assert add.get_result(result.id).return_value == 3
@@ -154,7 +154,7 @@ def test_a_return_value_that_is_not_json_fails_the_task_without_a_retry(
     assert got.tenure_state == "failed"
     assert got.attempts == 1  # three were allowed: running it again returns the same
     [error] = got.errors
-    assert error.exception_class_path == "scheduler_core.exceptions.Permanent"
+    assert error.exception_class_path == "scheduler_core.exceptions.InvalidResult"
     assert reason in error.traceback
     with pytest.raises(ValueError, match="Task failed"):
         _ = got.return_value
@@ -366,7 +366,7 @@ EXPECTED = {
     "waiting": (TaskResultStatus.READY, None),
     "leased": (TaskResultStatus.RUNNING, None),
     "succeeded": (TaskResultStatus.SUCCESSFUL, None),
-    "failed": (TaskResultStatus.FAILED, "scheduler_core.exceptions.Permanent"),
+    "failed": (TaskResultStatus.FAILED, "scheduler_core.exceptions.InvalidResult"),
     "indeterminate": (TaskResultStatus.FAILED, "scheduler_core.exceptions.Indeterminate"),
     "cancelled": (TaskResultStatus.FAILED, "scheduler_core.exceptions.JobCancelled"),
 }

@@ -10,7 +10,7 @@ import pytest
 from django.db import connection, transaction
 
 from scheduler_core import job
-from scheduler_core.storage import postgres
+from scheduler_core.storage import pg_wakeups
 from scheduler_core.storage.drivers import driver
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
@@ -24,7 +24,7 @@ def ok(ctx: Any, *, n: int = 0) -> None:
 @pytest.fixture
 def listener() -> Any:
     conn = psycopg.connect(**connection.get_connection_params(), autocommit=True)
-    conn.execute(f"LISTEN {postgres.WAKEUP_CHANNEL}")
+    conn.execute(f"LISTEN {pg_wakeups.WAKEUP_CHANNEL}")
     yield conn
     conn.close()
 
@@ -32,7 +32,7 @@ def listener() -> Any:
 def _heard(conn: Any, timeout: float = 0.5) -> list[tuple[str, int]]:
     out = []
     for n in conn.notifies(timeout=timeout):
-        woken = postgres.read_wakeup(n.payload)
+        woken = pg_wakeups.read_wakeup(n.payload)
         assert woken is not None
         out.append((woken[0], woken[1]))
     return out

@@ -151,6 +151,8 @@ def test_every_health_category_from_a_real_situation_in_status_and_metrics(
         "waiting_backing_off": 1,  # the failing job, waiting 600 s after its third failure
         "stuck": 1,
         "paused": 0,  # no queue is paused
+        "concurrency_limited": 0,  # nor limited
+        "rate_limited": 0,
         "running": 1,
         "overrunning": 1,
         "abandoned": 1,

@@ -73,3 +73,9 @@ async def async_multiply(a: int, b: int) -> dict[str, Any]:
     """An async django.tasks task."""
     await sync_to_async(time.sleep)(0.01)
     return {"product": a * b}
+
+
+@job(name="tests.transports.step", lease_seconds=30, max_attempts=3)
+def step(ctx: Any, *, label: str) -> dict[str, Any]:
+    """A workflow step: returns its label and the names of the parents whose results it saw."""
+    return {"label": label, "parents": sorted(ctx.parent_results)}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -10,6 +11,7 @@ from rq import Callback
 from rq.serializers import JSONSerializer
 
 from scheduler_core.transports import rq as adapter
+from tests.transports.conftest import REDIS
 
 
 def message(func: str = adapter.TASK_PATH, args: Any = (7,), **options: Any) -> Any:
@@ -48,3 +50,24 @@ def test_a_payload_that_is_not_json_is_refused() -> None:
 def test_the_job_class_reads_json_whatever_serializer_it_is_given() -> None:
     job = adapter.Job(connection=redis.Redis(), serializer="rq.serializers.DefaultSerializer")
     assert job.serializer is JSONSerializer
+
+
+@pytest.mark.broker
+def test_a_warm_shutdown_does_not_wait_out_a_read_of_the_control_channel() -> None:
+    # The reader takes the reply to UNSUBSCRIBE and starts another read before it is told to
+    # stop (the worker's thread paused in between, as on a loaded machine): the stop then
+    # waits for that read to end. RQ's own reads last 60 s; this worker's, one.
+    worker = adapter.Worker(["tenure-test-unsubscribe"], connection=redis.Redis.from_url(REDIS))
+    worker.subscribe()
+    time.sleep(0.3)
+    send = worker.pubsub.unsubscribe
+
+    def send_then_pause(*args: Any) -> Any:
+        sent = send(*args)
+        time.sleep(0.3)
+        return sent
+
+    worker.pubsub.unsubscribe = send_then_pause  # type: ignore[method-assign]
+    started = time.monotonic()
+    worker.unsubscribe()
+    assert time.monotonic() - started < 5

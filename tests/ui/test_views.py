@@ -803,7 +803,8 @@ def test_overview_counts_each_category(op_client: Client) -> None:
     cards = {c["key"]: c["count"] for c in r.context["cards"]}
     # stuck is also due; failing repeatedly is also backing off: categories overlap on purpose.
     assert cards == {
-        "waiting_due": 3,
+        # The paused queue's due job is counted as paused, not due: a held job is not "due".
+        "waiting_due": 2,
         "waiting_scheduled": 1,
         "waiting_backing_off": 2,
         "running": 1,
@@ -812,6 +813,8 @@ def test_overview_counts_each_category(op_client: Client) -> None:
         "failing_repeatedly": 1,
         "stuck": 1,
         "paused": 1,
+        "concurrency_limited": 0,
+        "rate_limited": 0,
         "indeterminate": 1,
         "failed": 1,
         "succeeded_recently": 1,
@@ -1028,3 +1031,17 @@ def test_on_a_big_table_the_overview_says_how_old_the_succeeded_count_is_and_how
     html = op_client.get(reverse("admin_ui:overview")).content.decode()
     assert 'id="succeeded-as-of"' in html
     assert "every 30 s, or less often when a recount takes longer than a twentieth" in html
+
+
+def test_the_job_page_shows_a_succeeded_jobs_result_escaped(op_client: Client) -> None:
+    j, lease = f.running()
+    driver().complete(lease, result={"receipt": f.XSS, "n": 7})
+    html = op_client.get(detail_url(j)).content.decode()
+    assert 'id="result"' in html
+    assert "&quot;receipt&quot;: &quot;&lt;script&gt;alert(" in html
+    assert "<script>alert" not in html
+    bare = f.succeeded()
+    html = op_client.get(detail_url(bare)).content.decode()
+    assert "None: the handler returned no value" in html
+    waiting = f.enqueue()
+    assert 'id="result"' not in op_client.get(detail_url(waiting)).content.decode()

@@ -32,3 +32,17 @@ def test_a_relative_sqlite_path_is_under_the_checkout_and_takes_the_write_lock_a
 def test_a_database_tenure_does_not_run_on_is_refused_by_name(url: str) -> None:
     with pytest.raises(ValueError, match=url.partition(":")[0]):
         database_from_url(url)
+
+
+def test_a_url_naming_a_primary_and_its_standby_keeps_every_host_for_libpq() -> None:
+    entry = database_from_url(
+        "postgres://app@db1.internal:5432,db2.internal:6432/orders?target_session_attrs=read-write"
+    )
+    assert (entry["HOST"], entry["PORT"], entry["NAME"]) == (
+        "db1.internal,db2.internal",
+        "5432,6432",
+        "orders",
+    )
+    assert entry["USER"] == "app"
+    assert entry["OPTIONS"]["target_session_attrs"] == "read-write"
+    assert database_from_url("postgres://app@h1,h2/d")["PORT"] == "5432,5432"

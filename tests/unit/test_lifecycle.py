@@ -32,6 +32,9 @@ EXPECTED_EDGES = {
     (State.LEASED, State.CANCELLED),
     # An operator's cancel of a waiting job with an effect in question and no fact: held.
     (State.WAITING, State.INDETERMINATE),
+    # A workflow step called off upstream (waiting -> cancelled, above) waits again when the
+    # operator retries the step that called it off.
+    (State.CANCELLED, State.WAITING),
 }
 
 
@@ -58,6 +61,10 @@ def test_attempt_transitions_are_fenced_and_operator_ones_are_not() -> None:
             assert not t.fenced  # the claim issues the fence
         elif t.operator:
             assert not t.fenced
+        elif t.follows:
+            # Written in the transaction of another step's fenced or version-checked end, and
+            # only to a step never claimed (no attempt holds a fence for it).
+            assert not t.fenced and t.sources == {State.WAITING}, t.name
         else:
             assert t.fenced and t.sources == {State.LEASED}, t.name
 

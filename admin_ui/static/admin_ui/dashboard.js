@@ -31,6 +31,14 @@
     if (dialog) { focusDialog(dialog); }
   });
 
+  // A live list ([data-pause-on-dialog]) does not refresh while a dialog or one of its
+  // payload disclosures is open: what the operator reads or confirms stays put.
+  document.addEventListener("htmx:beforeRequest", function (event) {
+    var elt = event.detail && event.detail.elt;
+    if (!elt || !elt.hasAttribute || !elt.hasAttribute("data-pause-on-dialog")) { return; }
+    if (openDialog() || elt.querySelector("details[open]")) { event.preventDefault(); }
+  });
+
   document.addEventListener("keydown", function (event) {
     if (event.key !== "Escape") { return; }
     var dialog = openDialog();

@@ -8,7 +8,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from scheduler_core.read import health, liveness
+from scheduler_core.read import failover, health, liveness
 
 
 class Command(BaseCommand):
@@ -26,6 +26,7 @@ class Command(BaseCommand):
             categories=status["health"],
             executors=status["executors"]["list"],
             pressure=status["database"],
+            failed_over=status["failover"],
         )
         status["verdict"] = judged.as_dict()
         if opts["json"]:
@@ -50,6 +51,14 @@ class Command(BaseCommand):
         self.stdout.write("health:   " + "  ".join(f"{k}={v}" for k, v in status["health"].items()))
         self.stdout.write(f"executors alive: {status['executors']['alive']}")
         self.stdout.write(f"stale writes refused: {status['stale_writes_refused']['total']}")
+        fo = status["failover"]
+        if fo.get("timeline_changed"):
+            self.stdout.write("failover: " + failover.sentence(fo))
+            for j in fo["jobs"]:
+                self.stdout.write(
+                    f"  job {j['job']}: fences {j['old_fences']} before the switch, "
+                    f"{j['new_fences']} after"
+                )
         db = status.get("database")
         if db:
             oldest = db["oldest_snapshot"]

@@ -14,7 +14,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from scheduler_core.exceptions import ActionConflict, ActionRefused
-from scheduler_core.read.queues import queue_overview
+from scheduler_core.read.queues import HELD_LABELS, queue_overview
 from scheduler_core.services import queues
 
 EXIT_REFUSED = 1
@@ -56,12 +56,25 @@ class Command(BaseCommand):
             p.add_argument("queue")
             p.add_argument("--reason", required=True)
             p.add_argument("--expected-version", type=int, default=None)
+            if name == "pause":
+                p.add_argument(
+                    "--create",
+                    action="store_true",
+                    help="Configure a queue Tenure does not know yet (no job type routes to it, no "
+                    "jobs, schedules or settings); without it such a name is refused as a typo.",
+                )
         lim = sub.add_parser("limit", help="Set the queue's limits ('none' clears one).")
         lim.add_argument("queue")
         lim.add_argument("--max-leased", type=_none_or(int), default=...)
         lim.add_argument("--max-per-second", type=_none_or(float), default=...)
         lim.add_argument("--reason", required=True)
         lim.add_argument("--expected-version", type=int, default=None)
+        lim.add_argument(
+            "--create",
+            action="store_true",
+            help="Configure a queue Tenure does not know yet (no job type routes to it, no "
+            "jobs, schedules or settings); without it such a name is refused as a typo.",
+        )
 
     def handle(self, *args: Any, **opts: Any) -> None:
         action = opts["action"]
@@ -84,7 +97,13 @@ class Command(BaseCommand):
     def _act(self, action: str, opts: dict[str, Any]) -> queues.QueueActionResult:
         queue, reason, expected = opts["queue"], opts["reason"], opts["expected_version"]
         if action == "pause":
-            return queues.pause(queue, actor=actor(), reason=reason, expected_version=expected)
+            return queues.pause(
+                queue,
+                actor=actor(),
+                reason=reason,
+                expected_version=expected,
+                create=opts["create"],
+            )
         if action == "resume":
             return queues.resume(queue, actor=actor(), reason=reason, expected_version=expected)
         max_leased, rate = opts["max_leased"], opts["max_per_second"]
@@ -98,6 +117,7 @@ class Command(BaseCommand):
             actor=actor(),
             reason=reason,
             expected_version=current.version if expected is None else expected,
+            create=opts["create"],
         )
 
     def _list(self, *, as_json: bool) -> None:
@@ -106,7 +126,9 @@ class Command(BaseCommand):
             self.stdout.write(json.dumps(rows, indent=2, sort_keys=True, default=str))
             return
         if not rows:
-            self.stdout.write("no queues: no unfinished jobs and no queue settings")
+            self.stdout.write(
+                "no queues: no job type routes to one, and none has jobs, schedules or settings"
+            )
             return
         for r in rows:
             state = (
@@ -119,7 +141,15 @@ class Command(BaseCommand):
                 f"{r['name']}: {state}; max_leased={_shown(r['max_leased'])} "
                 f"max_per_second={_shown(r['max_per_second'])}; due {r['due']}, "
                 f"waiting {r['waiting']}, leased {r['leased']}; version {r['version']}"
+                + (f"; held back: {r['held']} ({_held(r)})" if r["held"] else "")
             )
+
+
+def _held(row: dict[str, Any]) -> str:
+    """What holds a queue's due jobs back, by category, as the console counts them."""
+    return ", ".join(
+        f"{row['held_by'][h]} {label}" for h, label in HELD_LABELS.items() if row["held_by"][h]
+    )
 
 
 def _shown(value: object) -> str:

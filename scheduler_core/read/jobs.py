@@ -1,4 +1,6 @@
-"""Dashboard-only reads: the filtered, keyset-paginated job list and one job's record.
+"""The read side of jobs: the filtered, keyset-paginated job list, one job's record (attempts,
+ledger, owners, audit), what changed since an operator read it, and the overview's figures. The
+console and ``manage.py jobs list|show`` read through these, so each says a job's state once.
 
 Counts and categories come from :mod:`scheduler_core.read.health`, so the list and the overview
 share one definition of each category. Nothing here writes.
@@ -13,25 +15,25 @@ from typing import Any
 
 from django.db.models import Exists, OuterRef, Q, QuerySet
 
-from scheduler_core.api import registry
-from scheduler_core.conf import executor_stale_seconds
-from scheduler_core.domain import payload_search
-from scheduler_core.domain.modes import GUARANTEES, EffectMode, Guarantee
-from scheduler_core.domain.states import State
-from scheduler_core.models import (
+from ..api import registry
+from ..conf import executor_stale_seconds
+from ..domain import payload_search
+from ..domain.modes import GUARANTEES, EffectMode, Guarantee
+from ..domain.states import State
+from ..models import (
     Attempt,
     AuditEntry,
     Effect,
     EffectEvent,
     Executor,
     Job,
-    Queue,
     Schedule,
     in_states,
 )
-from scheduler_core.read import health, liveness
-from scheduler_core.storage.drivers import driver
-from scheduler_core.storage.records import InFlightOwner
+from ..storage.drivers import driver
+from ..storage.records import InFlightOwner
+from . import health, liveness, queues
+from .results import results_of
 
 PAGE_SIZE_DEFAULT = 50
 PAGE_SIZE_MAX = 200
@@ -52,10 +54,14 @@ class JobFilter:
     queue: str = ""
     name: str = ""
     q: str = ""
+    workflow: str = ""
+    """A workflow's id: its steps only."""
 
     def queryset(self) -> QuerySet[Job]:
         """The jobs this filter matches (unordered)."""
         qs = Job.objects.all()
+        if self.workflow:
+            qs = qs.filter(step__workflow_id=int(self.workflow))
         if self.state:
             qs = qs.filter(state=self.state)
         if self.health:
@@ -75,6 +81,19 @@ class JobFilter:
                 text |= Q(pk=int(self.q))
             qs = qs.filter(text)
         return qs
+
+    def search_words(self) -> str:
+        """What the search text ``q`` matched, in words (empty: no search)."""
+        if not self.q:
+            return ""
+        if payload_search.looks_like_payload_query(self.q):
+            return f"Payloads containing {payload_search.parse(self.q).describe()}."
+        if self.q.isdigit() and len(self.q) <= 18:
+            return (
+                f"A bare number is a job id: job {self.q}, and any job whose unique key contains "
+                f"“{self.q}”. To search payloads for it, name its key: some_key={self.q}."
+            )
+        return f"Jobs whose unique key contains “{self.q}”."
 
     def params(self) -> dict[str, str]:
         """The non-empty fields, for links that keep the filter."""
@@ -121,12 +140,15 @@ def bulk_targets(f: JobFilter, action: str) -> QuerySet[Job]:
     raise ValueError(f"no bulk action {action!r}")
 
 
+def queues_of(jobs: QuerySet[Job], *, limit: int = 20) -> list[str]:
+    """The distinct queues of ``jobs`` (at most ``limit``), by name."""
+    names = jobs.order_by().values_list("queue", flat=True).distinct()[:limit]
+    return sorted(set(names))
+
+
 def known_queues() -> list[str]:
-    """Queues the filters offer: every registered job type's, and every queue an operator
-    configured (a ``Queue`` row)."""
-    names = {jt.queue for jt in registry.all_types().values()}
-    names.update(Queue.objects.values_list("name", flat=True))
-    return sorted(names)
+    """Queues the filters offer: :func:`scheduler_core.read.queues.known_queues`."""
+    return queues.known_queues()
 
 
 def known_job_types() -> list[str]:
@@ -170,13 +192,18 @@ def overview() -> dict[str, Any]:
         jt = registry.get(row["key"])
         row["effect"] = jt.effect.value if jt else ""
     database = health.database_pressure()
+    queue_counts = health.queue_counts(grouped)
+    queue_rows = queues.queue_overview(queue_counts)
     return {
-        "liveness": liveness.assess(categories=categories, executors=execs, pressure=database),
+        "liveness": liveness.assess(
+            categories=categories, executors=execs, pressure=database, queue_rows=queue_rows
+        ),
         "executor_stale_seconds": executor_stale_seconds(),
         "states": health.fold_counts(grouped, None),
         "health": {**categories, "succeeded_recently": health.succeeded_recently()},
         "by_queue": _rows(health.fold_counts(grouped, "queue")),
-        "queue_counts": health.queue_counts(grouped),
+        "queue_counts": queue_counts,
+        "queue_rows": queue_rows,
         "by_type": by_type,
         "executors": execs,
         "stale_writes": health.stale_writes(),
@@ -326,19 +353,31 @@ def job_changes(job: Job, *, seen_version: int, seen_state: str) -> dict[str, An
 
 
 def job_record(job: Job) -> dict[str, Any]:
-    """A job's full record: payload, guarantee, attempts, effect ledger with its history, the
-    last owner and any earlier one that may still be in flight, and the audit trail."""
+    """A job's full record: payload, result (once succeeded), guarantee, attempts, effect
+    ledger with its history, the last owner and any earlier one that may still be in flight,
+    and the audit trail."""
     attempts = list(Attempt.objects.filter(job=job).order_by("-fence")[:ATTEMPTS_SHOWN])
+    attempts_total = Attempt.objects.filter(job=job).count()
+    # Numbered by claim, oldest first: the attempt count restarts on an operator retry, the
+    # claim order (the fence's) does not.
+    for i, a in enumerate(attempts):
+        a.ordinal = attempts_total - i  # type: ignore[attr-defined]
     rows, events_total = ledger(job)
     effects = [r.effect for r in rows]
     audit = list(AuditEntry.objects.filter(job=job).order_by("-created_at", "-id")[:AUDIT_SHOWN])
     in_flight = driver().in_flight_owners(job.pk)
+    results = results_of([job.pk]) if job.state == State.SUCCEEDED else {}
+    kept = results.get(job.pk)
     return {
         "job": job,
         "payload_json": json.dumps(job.payload, indent=2, sort_keys=True, ensure_ascii=False),
+        "succeeded": job.pk in results,
+        "result_json": None
+        if kept is None
+        else json.dumps(kept, indent=2, sort_keys=True, ensure_ascii=False),
         "guarantee": guarantee_of(job),
         "attempts": attempts,
-        "attempts_total": Attempt.objects.filter(job=job).count(),
+        "attempts_total": attempts_total,
         "effects": effects,
         "ledger": rows,
         "events_total": events_total,
@@ -348,3 +387,40 @@ def job_record(job: Job) -> dict[str, Any]:
         "in_flight": in_flight,
         "audit": audit,
     }
+
+
+def get_job(job_id: int) -> Job | None:
+    """One job by id, with its spec (None: no such job)."""
+    return Job.objects.select_related("spec").filter(pk=job_id).first()
+
+
+def effects_of(job: Job) -> list[Effect]:
+    """The job's ledger rows, by effect name."""
+    return list(Effect.objects.filter(job=job).order_by("name"))
+
+
+def unsettled_effects(job_id: int) -> list[Effect]:
+    """The job's ledger rows of unknown outcome, by name."""
+    return driver().unsettled_effects(job_id)
+
+
+def in_flight_owners(job_id: int) -> list[InFlightOwner]:
+    """The job's earlier owners that may still be in flight, newest first."""
+    return driver().in_flight_owners(job_id)
+
+
+def has_applied_effect(job_id: int) -> bool:
+    """Whether the job's ledger records an effect applied."""
+    return bool(driver().applied_of_job(job_id).exists())
+
+
+def cancel_request_audit(job: Job) -> AuditEntry | None:
+    """The newest audit row of a cancel requested of the job while it ran (None: none)."""
+    return (
+        AuditEntry.objects.filter(job=job, action="cancel_running").order_by("-created_at").first()
+    )
+
+
+def now() -> datetime:
+    """The database's clock, the one every time the console shows is measured by."""
+    return driver().now()
