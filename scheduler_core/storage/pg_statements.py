@@ -57,7 +57,7 @@ NUMBER_SKIP = f"""CASE
         WHEN {{t}}fence >= tenure_fence_epoch() << {EPOCH_BITS} THEN 0
         WHEN {{t}}created_at >= coalesce(
             (SELECT tl.first_seen_at FROM tenure_timeline AS tl
-             WHERE tl.timeline = tenure_fence_epoch() + 1), 'infinity') THEN 0
+             WHERE tl.timeline = (SELECT tenure_fence_epoch() + 1)), 'infinity') THEN 0
         ELSE greatest({{t}}max_attempts - {{t}}attempts, 0) END"""
 """How far the first claim on a new timeline moves a job's attempt numbers
 (``Job.attempt_base``): for a job claimed last on an earlier timeline (its fence is below the
@@ -67,7 +67,8 @@ the primary wrote before the promotion may have claimed the job again, in commit
 never received, and numbered those attempts at most ``max_attempts``; the first number given
 now is ``max_attempts + 1``. On a cluster never promoted (epoch 0) the first test is true for
 every job and nothing is read; the timeline's row is an uncorrelated subquery, read once per
-statement. SQLite has one timeline: nothing to skip."""
+statement, by its key (the epoch in a sub-select of its own: the function is volatile, and a
+volatile comparison cannot be an index condition). SQLite has one timeline: nothing to skip."""
 
 
 def claimable(job: str, *, per_row: str = "") -> str:
