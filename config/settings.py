@@ -177,6 +177,9 @@ CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, Any] = {}
 if CELERY_BROKER_URL.startswith("filesystem://"):
     for sub in ("queue", "processed", "control"):
         (BROKER_DIR / sub).mkdir(parents=True, exist_ok=True)
+    # kombu's filesystem transport with messages written whole: with its own, a worker can take
+    # a message file before it is written and stop (scheduler_core/transports/filesystem_broker.py).
+    CELERY_BROKER_TRANSPORT = "scheduler_core.transports.filesystem_broker:Transport"
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(BROKER_DIR / "queue"),
         "data_folder_out": str(BROKER_DIR / "queue"),

@@ -64,6 +64,13 @@ class Spec:
         return self.transport != "polling"
 
     @property
+    def broker_transport(self) -> str | None:
+        """The kombu transport class the example settings pick for this broker, if any."""
+        if self.url.startswith("filesystem"):
+            return "scheduler_core.transports.filesystem_broker:Transport"
+        return None
+
+    @property
     def broker_options(self) -> dict[str, Any]:
         """kombu transport options (the filesystem broker's folders)."""
         if not self.url.startswith("filesystem"):
@@ -285,7 +292,12 @@ def kombu_queue(spec: Spec) -> Iterator[tuple[Any, Any]]:
     from kombu import Connection, Exchange, Queue
 
     queue = Queue(BROKER_QUEUE, Exchange(BROKER_QUEUE, type="direct"), routing_key=BROKER_QUEUE)
-    with Connection(spec.url, connect_timeout=5, transport_options=spec.broker_options) as conn:
+    with Connection(
+        spec.url,
+        connect_timeout=5,
+        transport=spec.broker_transport,
+        transport_options=spec.broker_options,
+    ) as conn:
         yield conn, queue
 
 
@@ -299,6 +311,7 @@ def _celery_app(spec: Spec) -> Iterator[Any]:
     app = Celery("tenure-transport-tests", set_as_current=True)
     app.conf.update(
         broker_url=spec.url,
+        broker_transport=spec.broker_transport,
         broker_transport_options=spec.broker_options,
         task_serializer="json",
         accept_content=["json"],
