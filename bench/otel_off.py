@@ -32,6 +32,7 @@ def main() -> None:
     django.setup()
     import scheduler_core.signals as signals
     import scheduler_core.tracing as tracing
+    from scheduler_core.domain.options import JobOptions
     from scheduler_core.runtime import observe
     from scheduler_core.runtime.context import JobContext
     from scheduler_core.storage.records import Lease
@@ -42,14 +43,17 @@ def main() -> None:
         attempt=1,
         attempt_id=1,
         kind="run",
-        name="bench.noop",
-        queue="default",
-        payload={},
-        lease_seconds=30,
-        effect="at_least_once",
-        max_attempts=3,
         created_at=dt.datetime.now(dt.UTC),
         executor="bench",
+        options=JobOptions(
+            name="bench.noop",
+            queue="default",
+            payload={},
+            lease_seconds=30,
+            effect="at_least_once",
+            max_attempts=3,
+            timeout_seconds=0.0,
+        ),
     )
     ctx = JobContext(lease)
 

@@ -1,4 +1,5 @@
-"""The insert path of an enqueue: validated fields become a waiting job's row through the
+"""The insert path of an enqueue: a validated job spec
+(:class:`~scheduler_core.domain.options.JobOptions`) becomes a waiting job's rows through the
 storage driver, joining the caller's transaction, and once it commits, the job's wake-ups —
 the database's own notification to listening executors and, where a live consumer of the
 configured transport takes its queue, a broker hint. A hint lost between commit and publish
@@ -13,7 +14,7 @@ registry and schedule firing) to have done it.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -22,6 +23,7 @@ from django.utils import timezone
 import scheduler_core.signals as signals
 import scheduler_core.tracing as tracing
 
+from ..domain.options import JobOptions
 from ..models import Job
 from ..storage.drivers import driver
 from ..storage.workflows import NewStep
@@ -29,48 +31,27 @@ from . import hints
 
 
 def insert_job(
+    options: JobOptions,
     *,
-    name: str,
-    queue: str,
-    payload: dict[str, Any],
-    priority: int,
-    run_at: datetime | None,
-    max_attempts: int,
-    lease_seconds: int,
-    unique_key: str | None,
-    effect: str,
-    timeout_seconds: float,
+    unique_key: str | None = None,
     schedule_id: int | None = None,
     sender: Any = None,
-    workflow_id: int | None = None,
 ) -> Job:
-    """Insert a waiting job in the caller's transaction; a known ``unique_key`` returns the
-    job already accepted under it (nothing written, no wake-up). ``sender`` is the job's type,
-    the sender of ``job_enqueued``. ``workflow_id`` makes it a step of that workflow
-    (:mod:`scheduler_core.api.workflow` inserts steps)."""
-    span, trace_context = tracing.start_enqueue(name, queue)
+    """Insert a waiting job of the spec ``options`` in the caller's transaction; a known
+    ``unique_key`` returns the job already accepted under it (nothing written, no wake-up).
+    ``sender`` is the job's type, the sender of ``job_enqueued``; ``schedule_id`` the schedule
+    whose occurrence it is."""
+    span, trace_context = tracing.start_enqueue(options.name, options.queue)
+    options = replace(options, trace_context=trace_context)
     try:
-        job, new = _insert_one(
-            name=name,
-            queue=queue,
-            payload=payload,
-            priority=priority,
-            run_at=run_at,
-            max_attempts=max_attempts,
-            lease_seconds=lease_seconds,
-            unique_key=unique_key,
-            effect=effect,
-            timeout_seconds=timeout_seconds,
-            schedule_id=schedule_id,
-            workflow_id=workflow_id,
-            trace_context=trace_context,
-        )
+        job, new = _insert_one(options, unique_key=unique_key, schedule_id=schedule_id)
     except BaseException as e:
         tracing.end_enqueue(span, [], e)
         raise
     tracing.end_enqueue(span, [job.pk])
     if new:
-        _announce_at_commit(driver(), [Enqueued(sender, job.pk, name, queue, priority, unique_key)])
+        told = Enqueued(sender, job.pk, options.name, options.queue, options.priority, unique_key)
+        _announce_at_commit(driver(), [told])
     return job
 
 
@@ -108,50 +89,22 @@ def _announce_at_commit(d: Any, jobs: Sequence[Enqueued]) -> None:
 
 
 def _insert_one(
-    *,
-    name: str,
-    queue: str,
-    payload: dict[str, Any],
-    priority: int,
-    run_at: datetime | None,
-    max_attempts: int,
-    lease_seconds: int,
-    unique_key: str | None,
-    effect: str,
-    timeout_seconds: float,
-    schedule_id: int | None,
-    workflow_id: int | None,
-    trace_context: dict[str, str] | None,
+    options: JobOptions, *, unique_key: str | None, schedule_id: int | None
 ) -> tuple[Job, bool]:
     """The insert and its wake-ups; the job and whether it is new."""
     d = driver()
-    due_now = run_at is None or run_at <= timezone.now()
+    queue = options.queue
+    due_now = options.run_at is None or options.run_at <= timezone.now()
     hint = due_now and hints.uses_broker(queue)
-    fields: dict[str, Any] = {
-        "name": name,
-        "queue": queue,
-        "payload": payload,
-        "priority": priority,
-        "run_at": run_at,
-        "max_attempts": max_attempts,
-        "lease_seconds": lease_seconds,
-        "timeout_seconds": timeout_seconds,
-        "unique_key": unique_key,
-        "effect": effect,
-        "schedule_id": schedule_id,
-        "workflow_id": workflow_id,
-        "hinted": hint,
-        "trace_context": trace_context,
-    }
     while True:
-        job = d.insert_job(fields)
+        job = d.insert_job(options, unique_key=unique_key, schedule_id=schedule_id, hinted=hint)
         if job is not None:
             break
         existing = Job.objects.using(d.alias).filter(unique_key=unique_key).first()
         if existing is not None:
             return existing, False
         # Accepted once and pruned since: accept it anew.
-    d.notify(queue, priority, job.run_at)
+    d.notify(queue, options.priority, job.run_at)
     if hint:
         job_id = job.pk
 
@@ -163,20 +116,20 @@ def _insert_one(
 
 
 class TypePolicy(Protocol):
-    """What an insert takes from a job type (:class:`scheduler_core.api.registry.JobType`)."""
+    """What an insert takes from a job type (:class:`scheduler_core.api.registry.JobType`):
+    its name, and the job spec it makes with per-call options."""
 
     @property
     def name(self) -> str: ...
-    @property
-    def queue(self) -> str: ...
-    @property
-    def max_attempts(self) -> int: ...
-    @property
-    def lease_seconds(self) -> int: ...
-    @property
-    def max_runtime(self) -> float: ...
-    @property
-    def effect(self) -> Any: ...
+
+    def options(
+        self,
+        *,
+        payload: dict[str, Any] | None = None,
+        queue: str | None = None,
+        priority: int = 0,
+        run_at: datetime | None = None,
+    ) -> JobOptions: ...
 
 
 def insert_job_of(
@@ -189,63 +142,34 @@ def insert_job_of(
     queue: str | None = None,
     schedule_id: int | None = None,
 ) -> Job:
-    """:func:`insert_job` with the job type's own policy (attempts, lease, effect mode,
-    maximum runtime, and its queue unless ``queue`` names another): the one mapping of a
-    type to its job's fields, for an enqueue by name and a schedule's occurrences alike."""
+    """:func:`insert_job` with the job spec ``jt`` makes (its own policy, and its queue unless
+    ``queue`` names another), for an enqueue by name and a schedule's occurrences alike."""
     return insert_job(
-        name=jt.name,
-        queue=jt.queue if queue is None else queue,
-        payload=payload,
-        priority=priority,
-        run_at=run_at,
-        max_attempts=jt.max_attempts,
-        lease_seconds=jt.lease_seconds,
+        jt.options(payload=payload, queue=queue, priority=priority, run_at=run_at),
         unique_key=unique_key,
-        effect=jt.effect.value,
-        timeout_seconds=jt.max_runtime,
         schedule_id=schedule_id,
         sender=jt,
     )
 
 
 def insert_jobs(
-    *,
-    name: str,
-    queue: str,
-    payloads: Sequence[dict[str, Any]],
-    priority: int,
-    run_at: datetime | None,
-    max_attempts: int,
-    lease_seconds: int,
-    effect: str,
-    timeout_seconds: float,
-    sender: Any = None,
+    options: JobOptions, payloads: Sequence[dict[str, Any]], *, sender: Any = None
 ) -> list[int]:
-    """Insert many waiting jobs of one type in one statement, in the caller's transaction, and
-    return their ids (in payload order). No unique keys: a job that must be accepted once goes
-    through :func:`insert_job`. Due jobs get one wake-up for the whole batch and, on a broker
-    transport, one hint per job after commit."""
+    """Insert many waiting jobs of the spec ``options``, one per payload, in one statement, in
+    the caller's transaction, and return their ids (in payload order). No unique keys: a job
+    that must be accepted once goes through :func:`insert_job`. Due jobs get one wake-up for
+    the whole batch and, on a broker transport, one hint per job after commit."""
     if not payloads:
         return []
+    name, queue, priority = options.name, options.queue, options.priority
     span, trace_context = tracing.start_enqueue(name, queue)
+    options = replace(options, payload={}, trace_context=trace_context)
     d = driver()
-    due_now = run_at is None or run_at <= timezone.now()
+    due_now = options.run_at is None or options.run_at <= timezone.now()
     hint = due_now and hints.uses_broker(queue)
-    fields = {
-        "name": name,
-        "queue": queue,
-        "priority": priority,
-        "run_at": run_at,
-        "max_attempts": max_attempts,
-        "lease_seconds": lease_seconds,
-        "timeout_seconds": timeout_seconds,
-        "effect": effect,
-        "hinted": hint,
-        "trace_context": trace_context,
-    }
     try:
         with d.atomic():
-            rows = d.insert_jobs(fields, payloads)
+            rows = d.insert_jobs(options, payloads, hinted=hint)
             ids = [job_id for job_id, _ in rows]
             d.notify(queue, priority, min(at for _, at in rows))
             if hint:
@@ -317,15 +241,8 @@ def _insert_workflow(
             row.pk,
             [
                 NewStep(
-                    job_type=p.jt.name,
-                    queue=p.queue,
-                    priority=p.priority,
-                    max_attempts=p.jt.max_attempts,
-                    lease_seconds=p.jt.lease_seconds,
-                    timeout_seconds=p.jt.max_runtime,
-                    effect=p.jt.effect.value,
+                    options=p.jt.options(payload=p.payload, queue=p.queue, priority=p.priority),
                     hinted=not p.parents and hints.uses_broker(p.queue),
-                    payload=p.payload,
                     name=p.name,
                     parents=p.parents,
                 )

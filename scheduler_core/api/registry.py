@@ -22,6 +22,7 @@ from asgiref.sync import iscoroutinefunction
 from ..conf import tenure_settings
 from ..domain.classify import Matcher, check_matchers
 from ..domain.modes import EffectMode
+from ..domain.options import JobOptions
 from ..domain.retry import RetryPolicy
 from ..domain.schedules import ScheduleSpec, spec_for_job
 from ..exceptions import EnqueueError, UnknownJob
@@ -79,6 +80,30 @@ class JobType:
         if self.timeout is not None:
             return self.timeout
         return float(tenure_settings().DEFAULT_TIMEOUT_SECONDS)
+
+    def options(
+        self,
+        *,
+        payload: dict[str, Any] | None = None,
+        queue: str | None = None,
+        priority: int = 0,
+        run_at: dt.datetime | None = None,
+    ) -> JobOptions:
+        """The job spec of one job of this type: the type's options (attempts, lease, effect
+        mode, maximum runtime, and its queue unless ``queue`` names another) with the per-call
+        ones, already checked. The one mapping of a type to its jobs' spec, for an enqueue,
+        a batch, a schedule's occurrence and a workflow's step alike."""
+        return JobOptions(
+            name=self.name,
+            queue=self.queue if queue is None else queue,
+            max_attempts=self.max_attempts,
+            lease_seconds=self.lease_seconds,
+            effect=self.effect.value,
+            timeout_seconds=self.max_runtime,
+            priority=priority,
+            run_at=run_at,
+            payload={} if payload is None else payload,
+        )
 
     def __call__(self, ctx: Any, **payload: Any) -> Any:
         """Call the handler directly (tests); executors go through the claim protocol."""
@@ -632,14 +657,5 @@ def enqueue_many(
         if queue != jt.queue:
             check_queue_known(queue)
     return insert.insert_jobs(
-        name=jt.name,
-        queue=jt.queue if queue is None else queue,
-        payloads=checked,
-        priority=priority,
-        run_at=run_at,
-        max_attempts=jt.max_attempts,
-        lease_seconds=jt.lease_seconds,
-        effect=jt.effect.value,
-        timeout_seconds=jt.max_runtime,
-        sender=jt,
+        jt.options(queue=queue, priority=priority, run_at=run_at), checked, sender=jt
     )

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from django.db.models import Q
 
     from ..domain import outcomes, states
+    from ..domain.options import JobOptions
     from ..domain.outcomes import Decision
     from ..domain.payload_search import PayloadQuery
     from ..exceptions import EffectsUnsettled, JobCancelled, StaleAttempt
@@ -270,13 +271,22 @@ class StorageDriver(Protocol):
 
     # -- enqueue and wake-ups ------------------------------------------------------------------
 
-    def insert_job(self, fields: dict[str, Any]) -> Job | None:
-        """Insert one waiting job with its spec row; None when its ``unique_key`` is taken."""
+    def insert_job(
+        self,
+        options: JobOptions,
+        *,
+        unique_key: str | None = None,
+        schedule_id: int | None = None,
+        hinted: bool = False,
+    ) -> Job | None:
+        """Insert one waiting job of the spec ``options`` with its spec row; None when its
+        ``unique_key`` is taken. ``hinted``: its broker hint is marked sent now."""
 
     def insert_jobs(
-        self, fields: dict[str, Any], payloads: Sequence[dict[str, Any]]
+        self, options: JobOptions, payloads: Sequence[dict[str, Any]], *, hinted: bool = False
     ) -> list[tuple[int, datetime]]:
-        """Insert one waiting job per payload; ``(id, run_at)`` of each, in payload order."""
+        """Insert one waiting job per payload, each of the spec ``options`` with its payload;
+        ``(id, run_at)`` of each, in payload order."""
 
     def notify(self, queue: str, priority: int, due_at: datetime) -> None:
         """Once the caller's transaction commits, tell listening executors a job of ``queue``

@@ -34,9 +34,12 @@ from ..models import (
 )
 from .clock import DbNow, to_datetime
 from .records import (
+    CLAIMED_JOB_COLUMNS,
+    SPEC_COLUMNS,
     Failure,
     Holds,
     Lease,
+    lease_from_row,
     still_open,
 )
 from .vendor_ops import VendorOps
@@ -394,27 +397,13 @@ class DriverCore(VendorOps, WorkflowOps):
             .values_list("pk", flat=True)
             .first()
         )
-        return Lease(
-            job_id=job.pk,
-            fence=job.fence,
-            attempt=job.attempts,
-            attempt_base=job.attempt_base,
-            attempt_id=attempt_id or 0,
-            kind=job.next_kind,
-            name=job.name,
-            queue=job.queue,
-            payload=job.payload,
-            lease_seconds=job.lease_seconds,
-            effect=job.effect,
-            max_attempts=job.max_attempts,
-            created_at=job.created_at,
-            executor=job.lease_owner,
-            timeout_seconds=job.timeout_seconds,
-            # A claim leaves run_at as it found it: while leased, it is where the job stood.
-            priority=job.priority,
-            due_at=job.run_at,
-            workflow_id=job.spec.workflow_id,
-        )
+        row = {c: getattr(job, c) for c in CLAIMED_JOB_COLUMNS}
+        row.update({c: getattr(job.spec, c) for c in SPEC_COLUMNS}, attempt_id=attempt_id or 0)
+        # A claim leaves run_at as it found it: while leased, it is where the job stood. Not
+        # the claim's: the row's heartbeat is the last renewal, not the claim's time, and
+        # a write on someone else's behalf continues no trace of the job's.
+        row.update(heartbeat_at=None, trace_context=None)
+        return lease_from_row(row, executor=job.lease_owner, sent=0.0)
 
     def queue_of(self, job_id: int) -> str | None:
         """The queue of job ``job_id`` (None when there is no such job)."""

@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
 from ..domain import states
 from ..domain import workflows as rules
-from ..models import Job, JobSpec
+from ..domain.options import JobOptions
+from ..models import Job
+from ..models import JobSpec as JobSpecRow
 from .clock import to_datetime
 from .core import DriverCore
 from .pg_statements import (
@@ -23,77 +26,71 @@ from .pg_statements import (
     STEPS_SUCCEEDED,
     insert_jobs_sql,
 )
-from .records import SPEC_COLUMNS
+from .records import JOB_OPTION_COLUMNS, JSON_COLUMNS, SPEC_COLUMNS, row_values
 from .workflows import NewStep
 
 
-def _json_or_null(value: Any) -> str | None:
-    return None if value is None else json.dumps(value, ensure_ascii=False, allow_nan=False)
+def _encoded(values: dict[str, Any]) -> dict[str, Any]:
+    """The job spec's column values as PostgreSQL's placeholders take them: its JSON columns as
+    text (NULL stays NULL), the rest as they are."""
+    return {
+        c: (None if v is None else _json(v)) if c in JSON_COLUMNS else v for c, v in values.items()
+    }
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, allow_nan=False)
 
 
 class PgEnqueue(DriverCore):
     """The enqueue writes and a step's release, for
     :class:`~scheduler_core.storage.postgres.PostgresDriver`."""
 
-    def insert_job(self, fields: dict[str, Any]) -> Job | None:
+    def insert_job(
+        self,
+        options: JobOptions,
+        *,
+        unique_key: str | None = None,
+        schedule_id: int | None = None,
+        hinted: bool = False,
+    ) -> Job | None:
         """One statement and one round trip, atomic on its own or joining the caller's
         transaction (``ON CONFLICT`` for a unique key, no savepoint)."""
-        run_at = fields["run_at"]
+        values = row_values(options)
         params = {
-            **{
-                k: fields[k] for k in ("name", "queue", "priority", "max_attempts", "lease_seconds")
-            },
-            "timeout_seconds": fields["timeout_seconds"],
-            "unique_key": fields["unique_key"],
-            "effect": fields["effect"],
-            "schedule_id": fields["schedule_id"],
-            "payload": json.dumps(fields["payload"], ensure_ascii=False, allow_nan=False),
-            "run_at": run_at,
-            "hint": fields["hinted"],
-            "trace_context": _json_or_null(fields.get("trace_context")),
-            "workflow_id": fields.get("workflow_id"),
+            **_encoded(values),
+            "unique_key": unique_key,
+            "schedule_id": schedule_id,
+            "hint": hinted,
         }
         with self.connection.cursor() as cur:
-            cur.execute(INSERT_JOB[fields["unique_key"] is not None], params)
+            cur.execute(INSERT_JOB[unique_key is not None], params)
             cols = [c[0] for c in cur.description]
             row = cur.fetchone()
         if row is None:
             return None
-        known = {
-            k: v
-            for k, v in fields.items()
-            if k not in DB_SET and k not in SPEC_COLUMNS and k not in ("hinted", "trace_context")
-        }
-        job = Job(**known, **dict(zip(cols, row, strict=True)), state=states.State.WAITING)
-        job.spec = JobSpec(
-            job=job,
-            **{k: fields.get(k) for k in SPEC_COLUMNS},
-            trace_context=fields.get("trace_context"),
+        # The rows as written, without reading them back: what the database set comes back
+        # from the statement, the rest is the spec's.
+        job = Job(
+            **{c: values[c] for c in JOB_OPTION_COLUMNS if c not in DB_SET},
+            unique_key=unique_key,
+            schedule_id=schedule_id,
+            **dict(zip(cols, row, strict=True)),
+            state=states.State.WAITING,
         )
+        job.spec = JobSpecRow(job=job, **{c: values[c] for c in SPEC_COLUMNS})
         for row_obj in (job, job.spec):
             row_obj._state.adding = False
             row_obj._state.db = self.alias
         return job
 
     def insert_jobs(
-        self, fields: dict[str, Any], payloads: Sequence[dict[str, Any]]
+        self, options: JobOptions, payloads: Sequence[dict[str, Any]], *, hinted: bool = False
     ) -> list[tuple[int, datetime]]:
-        sql = insert_jobs_sql(hinted=bool(fields["hinted"]))
-        params = [
-            json.dumps(list(payloads), ensure_ascii=False, allow_nan=False),
-            fields["name"],
-            fields["queue"],
-            fields["priority"],
-            fields["run_at"],
-            fields["max_attempts"],
-            fields["lease_seconds"],
-            fields["effect"],
-            fields["timeout_seconds"],
-            fields.get("workflow_id"),
-            _json_or_null(fields.get("trace_context")),
-        ]
+        params = _encoded({c: v for c, v in row_values(options).items() if c != "payload"})
+        params["payloads"] = _json(list(payloads))
         with self.atomic(), self.connection.cursor() as cur:
-            cur.execute(sql, params)
+            cur.execute(insert_jobs_sql(hinted=hinted), params)
             return sorted((int(i), to_datetime(at)) for i, at in cur.fetchall())
 
     def steps_succeeded(self, job_ids: Sequence[int]) -> list[int]:
@@ -132,17 +129,15 @@ class PgEnqueue(DriverCore):
             return []
         rows = [
             {
+                **row_values(
+                    replace(p.options, workflow_id=workflow_id, trace_context=trace_context)
+                ),
+                # A step with parents is not due until its last parent succeeds; the recordset
+                # reads the due time from its text.
+                "run_at": rules.BLOCKED_AT.isoformat() if p.parents else None,
                 "n": i,
-                "name": p.job_type,
-                "queue": p.queue,
-                "priority": p.priority,
                 "blocked": bool(p.parents),
-                "max_attempts": p.max_attempts,
-                "lease_seconds": p.lease_seconds,
-                "timeout_seconds": p.timeout_seconds,
-                "effect": p.effect,
                 "hinted": p.hinted,
-                "payload": p.payload,
                 "step": p.name,
                 "pending": len(p.parents),
             }
@@ -153,11 +148,8 @@ class PgEnqueue(DriverCore):
             cur.execute(
                 INSERT_WORKFLOW_JOBS,
                 [
-                    json.dumps(rows, ensure_ascii=False, allow_nan=False),
-                    self.connection.ops.adapt_datetimefield_value(rules.BLOCKED_AT),
+                    _json(rows),
                     rules.WAITING_FOR_PARENTS,
-                    workflow_id,
-                    _json_or_null(trace_context),
                     workflow_id,
                     workflow_id,
                     [p for p, _ in edges],

@@ -22,7 +22,13 @@ from typing import Any
 
 from ..domain import states
 from ..models import Effect
-from .records import CLAIMED_JOB_COLUMNS, EPOCH_BITS, SPEC_COLUMNS
+from .records import (
+    CLAIMED_JOB_COLUMNS,
+    EPOCH_BITS,
+    JOB_OPTION_COLUMNS,
+    OPTION_COLUMNS,
+    SPEC_COLUMNS,
+)
 
 PG_NOW = "clock_timestamp()"
 """The database's clock in PostgreSQL's statements: the time of the call, not of the
@@ -223,14 +229,14 @@ def claim_ctes(shape: str, *, gate: bool = True) -> str:
         FROM cand JOIN tenure_job_spec AS s ON s.job_id = cand.id
         WHERE j.id = cand.id AND (j.state = 'waiting') IS TRUE
         RETURNING {", ".join("j." + c for c in CLAIMED_JOB_COLUMNS)},
-            {", ".join("s." + c for c in SPEC_COLUMNS)}, s.trace_context, j.lease_owner,
+            {", ".join("s." + c for c in SPEC_COLUMNS)}, j.lease_owner,
             j.lease_expires_at, j.deadline_at
     ), new_attempt AS (
         {ATTEMPT_INSERT} FROM claimed
         RETURNING id, job_id
     ), got AS (
         SELECT {", ".join("claimed." + c for c in CLAIMED_JOB_COLUMNS + SPEC_COLUMNS)},
-            claimed.trace_context, new_attempt.id AS attempt_id
+            new_attempt.id AS attempt_id
         FROM claimed JOIN new_attempt ON new_attempt.job_id = claimed.id
     )"""
 
@@ -398,26 +404,57 @@ DB_SET = ("id", "run_at", "created_at", "updated_at", "hinted_at")
 """The columns of a new job whose values the database sets (its clock, its sequence)."""
 
 
+PG_TYPES = {
+    "name": "text",
+    "queue": "text",
+    "priority": "int",
+    "run_at": "timestamptz",
+    "max_attempts": "int",
+    "lease_seconds": "int",
+    "effect": "text",
+    "timeout_seconds": "float8",
+    "payload": "jsonb",
+    "workflow_id": "bigint",
+    "trace_context": "jsonb",
+}
+"""PostgreSQL's column list of the job spec (``records.OPTION_COLUMNS``): each column's type, to
+which every insert casts its value (a workflow's steps arrive as a JSON recordset typed by it).
+``tests/unit/test_job_options.py`` fails when it misses a column."""
+
+
+def option_value(column: str, source: str) -> str:
+    """The value an insert writes for ``column`` of the job spec, from ``source`` (a placeholder
+    or a recordset's column), cast to the column's type; a due time of NULL is the database's
+    now."""
+    value = f"{source}::{PG_TYPES[column]}"
+    return f"COALESCE({value}, {PG_NOW})" if column == "run_at" else value
+
+
+def _values(columns: Sequence[str], source: str, **instead: str) -> str:
+    """:func:`option_value` of each of ``columns`` from ``source`` (``{c}``: the column's name),
+    but ``instead``'s expression where it names one."""
+    return ", ".join(instead.get(c) or option_value(c, source.format(c=c)) for c in columns)
+
+
 def insert_job_sql(*, on_conflict: str) -> str:
     """One job and its spec row, with the values the database sets (:data:`DB_SET`) returned;
-    ``on_conflict`` the clause for a unique key. Placeholders by name: the job's columns, its
-    spec's, ``hint`` (whether its hint is marked sent now) and ``trace_context``."""
+    ``on_conflict`` the clause for a unique key. Placeholders by name: the job spec's columns
+    (``records.OPTION_COLUMNS``), ``unique_key``, ``schedule_id`` and ``hint`` (whether its
+    hint is marked sent now)."""
     # The spec row is inserted from the job's: a job refused by ``ON CONFLICT`` gets none.
     return f"""
     WITH ins AS (
-        INSERT INTO tenure_job (name, queue, priority, run_at, state, fence, lease_owner,
-            attempts, max_attempts, unique_key, next_kind, version, schedule_id, created_at,
-            updated_at, hinted_at, last_error, reason)
-        VALUES (%(name)s, %(queue)s, %(priority)s,
-            COALESCE(%(run_at)s::timestamptz, clock_timestamp()), 'waiting', 0, '', 0,
-            %(max_attempts)s, %(unique_key)s, 'run', 1, %(schedule_id)s, clock_timestamp(),
-            clock_timestamp(), CASE WHEN %(hint)s THEN clock_timestamp() END, '', '')
+        INSERT INTO tenure_job ({", ".join(JOB_OPTION_COLUMNS)}, state, fence, lease_owner,
+            attempts, unique_key, next_kind, version, schedule_id, created_at, updated_at,
+            hinted_at, last_error, reason)
+        VALUES ({_values(JOB_OPTION_COLUMNS, "%({c})s")}, 'waiting', 0, '', 0, %(unique_key)s,
+            'run', 1, %(schedule_id)s, clock_timestamp(), clock_timestamp(),
+            CASE WHEN %(hint)s THEN clock_timestamp() END, '', '')
         {on_conflict}
         RETURNING {", ".join(DB_SET)}
     ), spec AS (
-        INSERT INTO tenure_job_spec (job_id, {", ".join(SPEC_COLUMNS)}, trace_context)
-        SELECT id, %(payload)s::jsonb, %(lease_seconds)s, %(effect)s, %(timeout_seconds)s,
-            %(workflow_id)s, %(trace_context)s::jsonb
+        INSERT INTO tenure_job_spec (job_id, {", ".join(SPEC_COLUMNS)})
+        SELECT id, {_values(SPEC_COLUMNS, "%({c})s")}
         FROM ins
     )
     SELECT {", ".join("ins." + c for c in DB_SET)} FROM ins
@@ -438,9 +475,9 @@ enqueue, which cost more (0.8 ms of the client's CPU) than the round trips it sa
 
 def insert_jobs_sql(*, hinted: bool) -> str:
     """``PostgresDriver.insert_jobs``: one waiting job and its spec row per payload, in one
-    statement. Placeholders: the payloads (a JSON array), the name, queue, priority, due time
-    (NULL: now) and maximum attempts, then the lease, effect, timeout, workflow id and trace
-    context of every spec row. ``hinted``: the jobs' hint is marked sent now."""
+    statement. Placeholders by name: ``payloads`` (a JSON array) and the job spec's other
+    columns (``records.OPTION_COLUMNS``), the same for every job. ``hinted``: the jobs' hint is
+    marked sent now."""
     hint = PG_NOW if hinted else "NULL"
     # Each payload's job id is drawn first, in the payloads' order, so the job rows and
     # their spec rows pair up in one statement.
@@ -449,20 +486,20 @@ def insert_jobs_sql(*, hinted: bool) -> str:
                 SELECT nextval(pg_get_serial_sequence('tenure_job', 'id')) AS id, payload
                 FROM (
                     SELECT payload, n
-                    FROM jsonb_array_elements(%s::jsonb) WITH ORDINALITY AS e(payload, n)
+                    FROM jsonb_array_elements(%(payloads)s::jsonb) WITH ORDINALITY AS e(payload, n)
                     ORDER BY n
                 ) AS e
             ), ins AS (
-                INSERT INTO tenure_job (id, name, queue, priority, run_at, state, fence,
-                    lease_owner, attempts, max_attempts, next_kind, version, created_at,
-                    updated_at, hinted_at, last_error, reason)
-                SELECT p.id, %s, %s, %s, COALESCE(%s::timestamptz, {PG_NOW}), 'waiting', 0,
-                    '', 0, %s, 'run', 1, {PG_NOW}, {PG_NOW}, {hint}, '', ''
+                INSERT INTO tenure_job (id, {", ".join(JOB_OPTION_COLUMNS)}, state, fence,
+                    lease_owner, attempts, next_kind, version, created_at, updated_at,
+                    hinted_at, last_error, reason)
+                SELECT p.id, {_values(JOB_OPTION_COLUMNS, "%({c})s")}, 'waiting', 0, '', 0,
+                    'run', 1, {PG_NOW}, {PG_NOW}, {hint}, '', ''
                 FROM p
                 RETURNING id, run_at
             ), spec AS (
-                INSERT INTO tenure_job_spec (job_id, {", ".join(SPEC_COLUMNS)}, trace_context)
-                SELECT p.id, p.payload, %s, %s, %s, %s, %s::jsonb FROM p
+                INSERT INTO tenure_job_spec (job_id, {", ".join(SPEC_COLUMNS)})
+                SELECT p.id, {_values(SPEC_COLUMNS, "%({c})s", payload="p.payload")} FROM p
             )
             SELECT id, run_at FROM ins
         """
@@ -630,25 +667,20 @@ INSERT_WORKFLOW_JOBS = f"""
         SELECT nextval(pg_get_serial_sequence('tenure_job', 'id')) AS id, e.*
         FROM (
             SELECT * FROM jsonb_to_recordset(%s::jsonb) AS x(
-                n int, name text, queue text, priority int, blocked boolean,
-                max_attempts int, lease_seconds int, timeout_seconds float8, effect text,
-                hinted boolean, payload jsonb, step text, pending int)
+                n int, blocked boolean, hinted boolean, step text, pending int,
+                {", ".join(f"{c} {PG_TYPES[c]}" for c in OPTION_COLUMNS)})
             ORDER BY n
         ) AS e
     ), ins AS (
-        INSERT INTO tenure_job (id, name, queue, priority, run_at, state, fence, lease_owner,
-            attempts, max_attempts, next_kind, version, created_at, updated_at, hinted_at,
-            last_error, reason)
-        SELECT s.id, s.name, s.queue, s.priority,
-            CASE WHEN s.blocked THEN %s::timestamptz ELSE {PG_NOW} END, 'waiting', 0, '', 0,
-            s.max_attempts, 'run', 1, {PG_NOW}, {PG_NOW},
-            CASE WHEN s.hinted THEN {PG_NOW} END, '',
+        INSERT INTO tenure_job (id, {", ".join(JOB_OPTION_COLUMNS)}, state, fence, lease_owner,
+            attempts, next_kind, version, created_at, updated_at, hinted_at, last_error, reason)
+        SELECT s.id, {_values(JOB_OPTION_COLUMNS, "s.{c}")}, 'waiting', 0, '', 0, 'run', 1,
+            {PG_NOW}, {PG_NOW}, CASE WHEN s.hinted THEN {PG_NOW} END, '',
             CASE WHEN s.blocked THEN %s ELSE '' END
         FROM s
     ), spec AS (
-        INSERT INTO tenure_job_spec (job_id, payload, lease_seconds, effect, timeout_seconds,
-            workflow_id, trace_context)
-        SELECT s.id, s.payload, s.lease_seconds, s.effect, s.timeout_seconds, %s, %s::jsonb
+        INSERT INTO tenure_job_spec (job_id, {", ".join(SPEC_COLUMNS)})
+        SELECT s.id, {_values(SPEC_COLUMNS, "s.{c}")}
         FROM s
     ), step AS (
         INSERT INTO tenure_workflow_step (job_id, workflow_id, name, pending, cancelled_by)
@@ -663,9 +695,10 @@ INSERT_WORKFLOW_JOBS = f"""
     SELECT n, id FROM s
 """
 """``PostgresDriver.insert_workflow_jobs``: a workflow's jobs, specs, step rows and edges in one
-statement. Placeholders: the steps (a JSON array), the blocked due time, the blocked reason,
-the workflow id, the trace context, the workflow id (twice), the edges' parents and children
-(step indexes)."""
+statement. Placeholders: the steps (a JSON array: each step's job spec by column name, a
+blocked step's due time :data:`~scheduler_core.domain.workflows.BLOCKED_AT`, with ``n``,
+``blocked``, ``hinted``, ``step`` and ``pending``), the blocked reason, the workflow id
+(twice), the edges' parents and children (step indexes)."""
 
 
 # -- the connection and the server ---------------------------------------------------------

@@ -1,8 +1,9 @@
 """The values the storage layer hands out and the helpers without SQL text every driver uses:
 :class:`Lease`, :class:`Failure`, :class:`InFlightOwner`, :class:`IndexSize`,
-:class:`InstallationRecord`, executor ids, the columns a claim returns and the reading of claimed
-rows, the ORM's guard "this attempt is still open" of the writes that name an attempt by key
-(:func:`still_open`), and an error's SQLSTATE. Each database's statements are its own
+:class:`InstallationRecord`, executor ids, the job spec's one mapping to columns
+(:func:`row_values`, :func:`options_from_row`), the columns a claim returns and the one builder
+of a lease from a claimed row (:func:`lease_from_row`), the ORM's guard "this attempt is still
+open" of the writes that name an attempt by key (:func:`still_open`), and an error's SQLSTATE. Each database's statements are its own
 (:mod:`.pg_statements`, :mod:`.sqlite_statements`)."""
 
 from __future__ import annotations
@@ -12,8 +13,8 @@ import logging
 import os
 import socket
 import uuid
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any
 
@@ -22,6 +23,7 @@ from django.db.models import BooleanField, Func, Q
 from ..domain import states
 from ..domain.installation import INSTALLATION_ID_CHARS as INSTALLATION_ID_CHARS  # their old home
 from ..domain.installation import check_installation_id as check_installation_id
+from ..domain.options import JobOptions
 from .clock import to_datetime
 
 log = logging.getLogger("tenure.storage")
@@ -29,47 +31,93 @@ log = logging.getLogger("tenure.storage")
 
 @dataclass(frozen=True, kw_only=True)
 class Lease:
-    """What a claim grants: the right to act for one attempt of one job, until it expires."""
+    """What a claim grants: the right to act for one attempt of one job, until it expires.
+    Built only by :func:`lease_from_row`, from a claimed row read by column name."""
 
     job_id: int
     fence: int
     attempt: int
     attempt_id: int
     kind: str
-    name: str
-    queue: str
-    payload: dict[str, Any]
-    lease_seconds: int
-    effect: str
-    max_attempts: int
     created_at: datetime
     executor: str
+    options: JobOptions
+    """The job spec as the claim read it back from the job's rows (:func:`options_from_row`)."""
     attempt_base: int = 0
     """What the attempt's number adds to ``attempt`` (the attempts spent, which the retry
     policy counts): raised past the numbers a timeline lost in a failover may have given."""
-    timeout_seconds: float = 0.0
-    """The attempt's maximum runtime (the job's ``timeout_seconds``); 0 when unknown. The
-    database holds the deadline (``Job.deadline_at``); this lets the executor stop renewing
-    on its own clock too."""
-    priority: int = 0
-    due_at: datetime | None = None
-    """The job's ``run_at`` when it was claimed: where it stood in the claim order."""
     granted_at: float = field(default=0.0, compare=False)
     """This process's monotonic clock just before the claim was sent: the lease cannot
     expire before ``granted_at + lease_seconds`` (0 when unknown)."""
     claimed_at: datetime | None = field(default=None, compare=False)
     """When the claim took the job, by the database's clock (None when unknown)."""
-    workflow_id: int | None = None
-    """The workflow the job is a step of (None: an ordinary job): its end moves other steps."""
-    trace_context: dict[str, str] | None = field(default=None, compare=False)
-    """The trace context stored with the job at enqueue (``scheduler_core.tracing``), which
-    the attempt's span descends from; None when none was stored."""
 
     @property
     def number(self) -> int:
         """The attempt's number, as its Attempt row, logs, spans and the handler see it: the
         attempts spent plus :attr:`attempt_base`, so no number repeats across a failover."""
         return self.attempt + self.attempt_base
+
+    # The spec's fields as the lease's own: every reader of a lease reads them so.
+
+    @property
+    def name(self) -> str:
+        """The job type."""
+        return self.options.name
+
+    @property
+    def queue(self) -> str:
+        """The job's queue."""
+        return self.options.queue
+
+    @property
+    def payload(self) -> dict[str, Any]:
+        """The handler's keyword arguments."""
+        return self.options.payload
+
+    @property
+    def lease_seconds(self) -> int:
+        """How long the lease lasts between renewals."""
+        return self.options.lease_seconds
+
+    @property
+    def effect(self) -> str:
+        """The effect mode's value."""
+        return self.options.effect
+
+    @property
+    def max_attempts(self) -> int:
+        """The attempt budget as the claim found it."""
+        return self.options.max_attempts
+
+    @property
+    def timeout_seconds(self) -> float:
+        """The attempt's maximum runtime (the job's ``timeout_seconds``); 0 when unknown. The
+        database holds the deadline (``Job.deadline_at``); this lets the executor stop renewing
+        on its own clock too."""
+        return self.options.timeout_seconds
+
+    @property
+    def priority(self) -> int:
+        """The job's priority."""
+        return self.options.priority
+
+    @property
+    def due_at(self) -> datetime | None:
+        """The job's ``run_at`` when it was claimed: where it stood in the claim order."""
+        return self.options.run_at
+
+    @property
+    def workflow_id(self) -> int | None:
+        """The workflow the job is a step of (None: an ordinary job): its end moves other
+        steps."""
+        return self.options.workflow_id
+
+    @property
+    def trace_context(self) -> dict[str, str] | None:
+        """The trace context stored with the job at enqueue (``scheduler_core.tracing``), which
+        the attempt's span descends from; None when none was stored."""
+        return self.options.trace_context
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -130,30 +178,70 @@ def with_note(old: str, new: str) -> str:
     return (f"{old}; {new}" if old else new)[-2000:]
 
 
+JOB_OPTION_COLUMNS = ("name", "queue", "priority", "run_at", "max_attempts")
+"""The job spec's columns on the job row (``tenure_job``): what the claim orders and filters by,
+and what an operator may change (the attempt budget). Every other field of
+:class:`~scheduler_core.domain.options.JobOptions` is a column of the spec row."""
+
+SPEC_COLUMNS = tuple(f.name for f in fields(JobOptions) if f.name not in JOB_OPTION_COLUMNS)
+"""The job spec's columns on its spec row (``tenure_job_spec``, written once at enqueue and
+never changed), in the fields' order: every field the job row does not hold, so a new option
+lands here without a line of its own."""
+
+OPTION_COLUMNS = (*JOB_OPTION_COLUMNS, *SPEC_COLUMNS)
+"""Every column of the job spec, each named as its field."""
+
+_TYPES = {f.name: str(f.type) for f in fields(JobOptions)}
+
+JSON_COLUMNS = tuple(c for c in OPTION_COLUMNS if _TYPES[c].startswith("dict"))
+"""The spec's JSON columns (its fields typed as mappings): each driver encodes them on insert,
+and SQLite's raw statements return them as text, which :func:`options_from_row` decodes."""
+
 CLAIMED_JOB_COLUMNS = (
     "id",
     "fence",
     "attempts",
     "attempt_base",
     "next_kind",
-    "name",
-    "queue",
-    "max_attempts",
     "created_at",
-    "run_at",
     "heartbeat_at",
-    "priority",
+    *JOB_OPTION_COLUMNS,
 )
-"""The job row's columns a claim returns, as the claim left them."""
+"""The job row's columns a claim returns, as the claim left them: its claim state, then the
+job spec's columns on the job row."""
 
-SPEC_COLUMNS = ("payload", "lease_seconds", "effect", "timeout_seconds", "workflow_id")
-"""The columns of the job's spec row (``tenure_job_spec``, written once at enqueue) a claim
-returns beside them."""
-
-LEASE_COLUMNS = (*CLAIMED_JOB_COLUMNS, *SPEC_COLUMNS, "trace_context", "attempt_id")
+LEASE_COLUMNS = (*CLAIMED_JOB_COLUMNS, *SPEC_COLUMNS, "attempt_id")
 """The columns of a claimed row every driver's claim returns, by these names: the job as the
-claim left it, its spec and the trace context stored with it, then its new attempt's id.
-:func:`leases_from_rows` reads them."""
+claim left it, its spec row, then its new attempt's id. :func:`lease_from_row` reads them."""
+
+
+def row_values(options: JobOptions) -> dict[str, Any]:
+    """The job spec as the insert's column values, by column name (:data:`OPTION_COLUMNS`;
+    :data:`JOB_OPTION_COLUMNS` on the job row, :data:`SPEC_COLUMNS` on the spec row). Values
+    as the spec holds them: a driver encodes :data:`JSON_COLUMNS` and a ``run_at`` of None
+    (the database's now) as its statements need."""
+    return {c: getattr(options, c) for c in OPTION_COLUMNS}
+
+
+def _read(column: str, value: Any) -> Any:
+    """A column's value as its field holds it: JSON from text, a timestamp as an aware datetime,
+    a float from any number (the type the field's annotation names)."""
+    kind = _TYPES[column]
+    if column in JSON_COLUMNS:
+        return json.loads(value) if isinstance(value, str | bytes) else value
+    if kind.startswith("datetime"):
+        return to_datetime(value)
+    if kind == "float":
+        return float(value)
+    return value
+
+
+def options_from_row(row: Mapping[str, Any]) -> JobOptions:
+    """The job spec read back from a row holding :data:`OPTION_COLUMNS`, by column name."""
+    values = {c: _read(c, row[c]) for c in OPTION_COLUMNS}
+    if not isinstance(values["trace_context"], dict):
+        values["trace_context"] = None  # a stored JSON null, or no context of a known shape
+    return JobOptions(**values)
 
 
 EPOCH_BITS = 32
@@ -191,44 +279,32 @@ PRUNABLE = (states.State.SUCCEEDED.value, states.State.FAILED.value)
 """The states whose jobs retention deletes."""
 
 
+def lease_from_row(row: Mapping[str, Any], *, executor: str, sent: float) -> Lease:
+    """The one builder of a :class:`Lease`: from a claimed row (a mapping of
+    :data:`LEASE_COLUMNS`), read by column name. ``sent`` is this process's monotonic clock
+    just before the claim was sent (0: unknown); the row's ``heartbeat_at`` is the claim's
+    time by the database's clock (None: unknown)."""
+    return Lease(
+        job_id=row["id"],
+        fence=row["fence"],
+        attempt=row["attempts"],
+        attempt_base=row["attempt_base"],
+        attempt_id=row["attempt_id"],
+        kind=row["next_kind"],
+        created_at=to_datetime(row["created_at"]),
+        executor=executor,
+        options=options_from_row(row),
+        granted_at=sent,
+        claimed_at=to_datetime(row["heartbeat_at"]),
+    )
+
+
 def leases_from_rows(rows: Sequence[dict[str, Any]], *, executor: str, sent: float) -> list[Lease]:
     """Leases from claimed rows (each a mapping of :data:`LEASE_COLUMNS`), in the claim's order
     (priority, then due time, then id): a statement returns them in any order. ``sent`` is this
     process's monotonic clock just before the claim was sent."""
-    leases = []
-    for r in sorted(rows, key=lambda r: (-r["priority"], to_datetime(r["run_at"]), r["id"])):
-        payload = r["payload"]
-        if isinstance(payload, str | bytes):
-            payload = json.loads(payload)
-        trace = r.get("trace_context")
-        if isinstance(trace, str | bytes):
-            trace = json.loads(trace)
-        leases.append(
-            Lease(
-                job_id=r["id"],
-                fence=r["fence"],
-                attempt=r["attempts"],
-                attempt_base=r["attempt_base"],
-                attempt_id=r["attempt_id"],
-                kind=r["next_kind"],
-                name=r["name"],
-                queue=r["queue"],
-                payload=payload,
-                lease_seconds=r["lease_seconds"],
-                effect=r["effect"],
-                max_attempts=r["max_attempts"],
-                created_at=to_datetime(r["created_at"]),
-                executor=executor,
-                timeout_seconds=float(r["timeout_seconds"]),
-                priority=r["priority"],
-                due_at=to_datetime(r["run_at"]),
-                granted_at=sent,
-                claimed_at=to_datetime(r["heartbeat_at"]),
-                workflow_id=r["workflow_id"],
-                trace_context=trace if isinstance(trace, dict) else None,
-            )
-        )
-    return leases
+    ordered = sorted(rows, key=lambda r: (-r["priority"], to_datetime(r["run_at"]), r["id"]))
+    return [lease_from_row(r, executor=executor, sent=sent) for r in ordered]
 
 
 def named_rows(cursor: Any) -> list[dict[str, Any]]:

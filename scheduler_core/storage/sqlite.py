@@ -26,20 +26,25 @@ from django.db.models.expressions import RawSQL
 
 from ..domain import states
 from ..domain import workflows as rules
+from ..domain.options import JobOptions
 from ..domain.outcomes import Decision
 from ..domain.payload_search import PayloadQuery
 from ..exceptions import EffectsUnsettled, JobCancelled, StaleAttempt
-from ..models import Attempt, AuditEntry, Effect, EffectEvent, Job, JobSpec
+from ..models import Attempt, AuditEntry, Effect, EffectEvent, Job
+from ..models import JobSpec as JobSpecRow
 from .base import (
     Driver,
 )
 from .clock import DbNow, to_datetime
 from .records import (
+    JOB_OPTION_COLUMNS,
+    JSON_COLUMNS,
     PRUNABLE,
     SPEC_COLUMNS,
     Lease,
     leases_from_rows,
     named_rows,
+    row_values,
 )
 from .sqlite_hold import WATCH
 from .sqlite_statements import (
@@ -55,6 +60,10 @@ from .sqlite_statements import (
     payload_leaf_sql,
     steps_succeeded_sql,
 )
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, allow_nan=False)
 
 
 class SqliteDriver(Driver):
@@ -99,7 +108,7 @@ class SqliteDriver(Driver):
         attempt of ``lease``) may hold the database's one write lock: a share of the shortest
         lease of the other attempts running now; none with no other attempt running, which
         the hold could starve of a renewal (:mod:`.sqlite_hold`)."""
-        others = JobSpec.objects.using(self.alias).filter(job__state=states.State.LEASED)
+        others = JobSpecRow.objects.using(self.alias).filter(job__state=states.State.LEASED)
         if lease is not None:
             others = others.exclude(job_id=lease.job_id)
         shortest = others.aggregate(shortest=Min("lease_seconds"))["shortest"]
@@ -237,72 +246,71 @@ class SqliteDriver(Driver):
             rows = cur.fetchall()
         return self._announce_due(rows)
 
-    def insert_job(self, fields: dict[str, Any]) -> Job | None:
+    def insert_job(
+        self,
+        options: JobOptions,
+        *,
+        unique_key: str | None = None,
+        schedule_id: int | None = None,
+        hinted: bool = False,
+    ) -> Job | None:
         """The ORM's insert; a taken ``unique_key`` is found by the unique index (a savepoint
         keeps the caller's transaction usable)."""
-        values = {
-            k: v
-            for k, v in fields.items()
-            if k not in ("hinted", "trace_context") and k not in SPEC_COLUMNS
-        }
-        values.update(
+        values = row_values(options)
+        job_values = {c: values[c] for c in JOB_OPTION_COLUMNS}
+        job_values.update(
             run_at=values["run_at"] if values["run_at"] is not None else DbNow(),
+            unique_key=unique_key,
+            schedule_id=schedule_id,
             state=states.State.WAITING,
             created_at=DbNow(),
             updated_at=DbNow(),
-            hinted_at=DbNow() if fields["hinted"] else None,
+            hinted_at=DbNow() if hinted else None,
         )
         with self.atomic():
             try:
                 with self.atomic():
-                    job = Job(**values)
+                    job = Job(**job_values)
                     # The model's own save() refuses every writer but this layer.
                     models.Model.save(job, force_insert=True, using=self.alias)
             except IntegrityError:
-                if fields["unique_key"] is None:
+                if unique_key is None:
                     raise
                 return None
-            JobSpec.objects.using(self.alias).create(
-                job=job,
-                **{k: fields.get(k) for k in SPEC_COLUMNS},
-                trace_context=fields.get("trace_context"),
+            JobSpecRow.objects.using(self.alias).create(
+                job=job, **{c: values[c] for c in SPEC_COLUMNS}
             )
             job.refresh_from_db()
         return job
 
     def insert_jobs(
-        self, fields: dict[str, Any], payloads: Sequence[dict[str, Any]]
+        self, options: JobOptions, payloads: Sequence[dict[str, Any]], *, hinted: bool = False
     ) -> list[tuple[int, datetime]]:
-        sql = insert_jobs_sql(hinted=bool(fields["hinted"]))
-        run_at = fields["run_at"]
-        params = [
-            fields["name"],
-            fields["queue"],
-            fields["priority"],
-            self.connection.ops.adapt_datetimefield_value(run_at) if run_at is not None else None,
-            fields["max_attempts"],
-            json.dumps(list(payloads), ensure_ascii=False, allow_nan=False),
-        ]
-        trace = fields.get("trace_context")
-        spec = [
-            fields["lease_seconds"],
-            fields["effect"],
-            fields["timeout_seconds"],
-            fields.get("workflow_id"),
-            None if trace is None else json.dumps(trace),
-        ]
+        values = {c: self._param(c, v) for c, v in row_values(options).items()}
+        params = [*(values[c] for c in JOB_OPTION_COLUMNS), _json(list(payloads))]
         with self.atomic(), self.connection.cursor() as cur:
-            cur.execute(sql, params)
+            cur.execute(insert_jobs_sql(hinted=hinted), params)
             got = sorted((int(i), to_datetime(at)) for i, at in cur.fetchall())
             # One statement inserted the jobs in the payloads' order, each id above the last.
             cur.executemany(
                 INSERT_JOB_SPEC,
                 [
-                    [job_id, json.dumps(p, ensure_ascii=False, allow_nan=False), *spec]
+                    [job_id, *({**values, "payload": _json(p)}[c] for c in SPEC_COLUMNS)]
                     for (job_id, _), p in zip(got, payloads, strict=True)
                 ],
             )
             return got
+
+    def _param(self, column: str, value: Any) -> Any:
+        """One column of the job spec as a placeholder of SQLite's raw statements takes it:
+        JSON as text, a datetime as Django stores one (None stays None)."""
+        if value is None:
+            return None
+        if column in JSON_COLUMNS:
+            return _json(value)
+        if isinstance(value, datetime):
+            return self.connection.ops.adapt_datetimefield_value(value)
+        return value
 
     def prune_finished(self, state: str, older_than: float, *, limit: int = 1000) -> int:
         """The jobs to delete, then their ledger history, ledger rows, attempts and the jobs,
@@ -331,6 +339,6 @@ class SqliteDriver(Driver):
             EffectEvent.objects.using(self.alias).filter(effect__job_id__in=ids).delete()
             Effect.objects.using(self.alias).filter(job_id__in=ids).delete()
             Attempt.objects.using(self.alias).filter(job_id__in=ids).delete()
-            JobSpec.objects.using(self.alias).filter(job_id__in=ids).delete()
+            JobSpecRow.objects.using(self.alias).filter(job_id__in=ids).delete()
             n, _ = Job.objects.using(self.alias).filter(pk__in=ids, state=state).delete()
             return len(ids) if n else 0

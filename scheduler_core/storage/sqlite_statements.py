@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..domain import states
-from .records import CLAIMED_JOB_COLUMNS, SPEC_COLUMNS
+from .records import CLAIMED_JOB_COLUMNS, JOB_OPTION_COLUMNS, JSON_COLUMNS, SPEC_COLUMNS
 
 SQLITE_NOW = "strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now')"
 """The database's clock in SQLite's statements, as the text Django stores datetimes in (``%``
@@ -93,7 +93,7 @@ def claim_sql(*, by_id: bool, nqueues: int, gate: bool = True) -> str:
     lease, timeout = spec.format(c="lease_seconds"), spec.format(c="timeout_seconds")
     returned = [
         *CLAIMED_JOB_COLUMNS,
-        *(f"{spec.format(c=c)} AS {c}" for c in (*SPEC_COLUMNS, "trace_context")),
+        *(f"{spec.format(c=c)} AS {c}" for c in SPEC_COLUMNS),
     ]
     expiry = f"strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now', '+' || {lease} || ' seconds')"
     deadline = f"strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now', '+' || {timeout} || ' seconds')"
@@ -153,28 +153,37 @@ as a modifier (``"+30.000000 seconds"``), the job id, the fence."""
 # -- enqueue -----------------------------------------------------------------------------
 
 
+def option_value(column: str) -> str:
+    """The placeholder an insert writes for ``column`` of the job spec: JSON columns through
+    ``json()`` (SQLite's own text of the document), a due time of NULL as the database's now."""
+    if column in JSON_COLUMNS:
+        return "json(%s)"
+    return f"COALESCE(%s, {SQLITE_NOW})" if column == "run_at" else "%s"
+
+
 def insert_jobs_sql(*, hinted: bool) -> str:
     """``SqliteDriver.insert_jobs``' first statement: one waiting job per payload, in the
-    payloads' order. Placeholders: the name, queue, priority, due time (NULL: now), maximum
-    attempts and the payloads (a JSON array). ``hinted``: the jobs' hint is marked sent now."""
+    payloads' order. Placeholders: the job spec's columns on the job row
+    (``records.JOB_OPTION_COLUMNS``), then the payloads (a JSON array). ``hinted``: the jobs'
+    hint is marked sent now."""
     hint = SQLITE_NOW if hinted else "NULL"
     return f"""
-            INSERT INTO tenure_job (name, queue, priority, run_at, state, fence, lease_owner,
-                attempts, max_attempts, next_kind, version, created_at, updated_at, hinted_at,
-                last_error, reason)
-            SELECT %s, %s, %s, COALESCE(%s, {SQLITE_NOW}), 'waiting', 0, '', 0, %s, 'run', 1,
-                {SQLITE_NOW}, {SQLITE_NOW}, {hint}, '', ''
+            INSERT INTO tenure_job ({", ".join(JOB_OPTION_COLUMNS)}, state, fence, lease_owner,
+                attempts, next_kind, version, created_at, updated_at, hinted_at, last_error,
+                reason)
+            SELECT {", ".join(option_value(c) for c in JOB_OPTION_COLUMNS)}, 'waiting', 0, '',
+                0, 'run', 1, {SQLITE_NOW}, {SQLITE_NOW}, {hint}, '', ''
             FROM json_each(%s) AS p ORDER BY p.key
             RETURNING id, run_at
         """
 
 
 INSERT_JOB_SPEC = f"""
-            INSERT INTO tenure_job_spec (job_id, {", ".join(SPEC_COLUMNS)}, trace_context)
-            VALUES (%s, json(%s), %s, %s, %s, %s, json(%s))
+            INSERT INTO tenure_job_spec (job_id, {", ".join(SPEC_COLUMNS)})
+            VALUES (%s, {", ".join(option_value(c) for c in SPEC_COLUMNS)})
         """
 """``SqliteDriver.insert_jobs``' second statement, once per job: its spec row. Placeholders:
-the job id, the payload, the lease, effect, timeout, workflow id and trace context (JSON)."""
+the job id, then the job spec's columns on the spec row (``records.SPEC_COLUMNS``)."""
 
 
 # -- workflows ---------------------------------------------------------------------------

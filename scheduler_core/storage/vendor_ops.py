@@ -13,6 +13,7 @@ from typing import Any
 
 from django.db.models import Q
 
+from ..domain.options import JobOptions
 from ..domain.payload_search import PayloadQuery
 from ..models import Job
 from .records import Compaction, IndexSize, Lease, PageUse, TableSpace
@@ -129,17 +130,25 @@ class VendorOps:
 
     # -- enqueue and retention (vendor) --------------------------------------------------------
 
-    def insert_job(self, fields: dict[str, Any]) -> Job | None:
-        """*Vendor.* Insert one waiting job (``fields``: the job's columns, ``run_at`` None
-        for the database's now) in the caller's transaction; None when its ``unique_key`` is
-        taken already (nothing written)."""
+    def insert_job(
+        self,
+        options: JobOptions,
+        *,
+        unique_key: str | None = None,
+        schedule_id: int | None = None,
+        hinted: bool = False,
+    ) -> Job | None:
+        """*Vendor.* Insert one waiting job of the spec ``options`` (its columns by
+        ``records.row_values``; ``run_at`` None for the database's now) in the caller's
+        transaction; None when its ``unique_key`` is taken already (nothing written)."""
         raise NotImplementedError
 
     def insert_jobs(
-        self, fields: dict[str, Any], payloads: Sequence[dict[str, Any]]
+        self, options: JobOptions, payloads: Sequence[dict[str, Any]], *, hinted: bool = False
     ) -> list[tuple[int, datetime]]:
-        """*Vendor.* Insert one waiting job per payload (the other columns from ``fields``) in
-        one statement in the caller's transaction; ``(id, run_at)`` of each, in payload order."""
+        """*Vendor.* Insert one waiting job per payload (the spec ``options`` with each payload)
+        in one statement in the caller's transaction; ``(id, run_at)`` of each, in payload
+        order."""
         raise NotImplementedError
 
     def prune_finished(self, state: str, older_than: float, *, limit: int = 1000) -> int:

@@ -12,7 +12,7 @@ guard (fence for an attempt, version for an operator): a refused end writes noth
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -21,6 +21,7 @@ from django.db.models import F, JSONField, OuterRef, Q, Subquery
 
 from ..domain import states
 from ..domain import workflows as rules
+from ..domain.options import JobOptions
 from ..models import Attempt, Job, Workflow, WorkflowEdge, WorkflowStep
 from .clock import DbNow, to_datetime
 from .records import Holds
@@ -40,19 +41,14 @@ def on_steps_due(listener: DueListener) -> None:
 
 @dataclass(frozen=True, kw_only=True)
 class NewStep:
-    """One step of a workflow to insert: its job's columns, its step name and its parents
+    """One step of a workflow to insert: its job's spec, its step name and its parents
     (indexes of earlier steps in the same list)."""
 
-    job_type: str
-    queue: str
-    priority: int
-    max_attempts: int
-    lease_seconds: int
-    timeout_seconds: float
-    effect: str
+    options: JobOptions
+    """The step's job spec (its ``name`` the job type); the insert sets its workflow, its
+    trace context and, for a step with parents, its due time."""
     hinted: bool
     """Whether a broker hint will be published for it (only a step without parents)."""
-    payload: dict[str, Any]
     name: str
     parents: tuple[int, ...]
 
@@ -93,7 +89,7 @@ class WorkflowOps:
         raise NotImplementedError
 
     def insert_jobs(
-        self, fields: dict[str, Any], payloads: Sequence[dict[str, Any]]
+        self, options: JobOptions, payloads: Sequence[dict[str, Any]], *, hinted: bool = False
     ) -> list[tuple[int, datetime]]:
         raise NotImplementedError
 
@@ -140,25 +136,21 @@ class WorkflowOps:
         step rows and edges; PostgreSQL's driver writes it all in one statement."""
         groups: dict[tuple[str, str, int, bool], list[int]] = {}
         for i, p in enumerate(steps):
-            groups.setdefault((p.job_type, p.queue, p.priority, bool(p.parents)), []).append(i)
+            o = p.options
+            groups.setdefault((o.name, o.queue, o.priority, bool(p.parents)), []).append(i)
         ids: list[int] = [0] * len(steps)
-        for (job_type, queue, priority, blocked), members in groups.items():
+        for (_, _, _, blocked), members in groups.items():
             first = steps[members[0]]
             rows = self.insert_jobs(
-                {
-                    "name": job_type,
-                    "queue": queue,
-                    "priority": priority,
-                    "run_at": rules.BLOCKED_AT if blocked else None,
-                    "max_attempts": first.max_attempts,
-                    "lease_seconds": first.lease_seconds,
-                    "timeout_seconds": first.timeout_seconds,
-                    "effect": first.effect,
-                    "workflow_id": workflow_id,
-                    "hinted": first.hinted,
-                    "trace_context": trace_context,
-                },
-                [steps[i].payload for i in members],
+                replace(
+                    first.options,
+                    run_at=rules.BLOCKED_AT if blocked else None,
+                    payload={},
+                    workflow_id=workflow_id,
+                    trace_context=trace_context,
+                ),
+                [steps[i].options.payload for i in members],
+                hinted=first.hinted,
             )
             for i, (job_id, _) in zip(members, rows, strict=True):
                 ids[i] = job_id

@@ -16,6 +16,7 @@ from django.db import connection, transaction
 
 from scheduler_core import conf, job
 from scheduler_core.domain import states
+from scheduler_core.domain.options import JobOptions
 from scheduler_core.domain.outcomes import Decision
 from scheduler_core.models import Job
 from scheduler_core.runtime import connections
@@ -331,10 +332,25 @@ def test_floors_follow_claims_and_wakeups_and_yield_to_a_full_read_when_due() ->
 
     def lease(priority: int, due: dt.datetime) -> Lease:
         return Lease(
-            job_id=1, fence=1, attempt=1, attempt_id=1, kind="run", name="x", queue="q",
-            payload={}, lease_seconds=30, effect="at_least_once", max_attempts=1,
-            created_at=t, executor=EXEC, priority=priority, due_at=due,
-        )  # fmt: skip
+            job_id=1,
+            fence=1,
+            attempt=1,
+            attempt_id=1,
+            kind="run",
+            created_at=t,
+            executor=EXEC,
+            options=JobOptions(
+                name="x",
+                queue="q",
+                payload={},
+                lease_seconds=30,
+                effect="at_least_once",
+                max_attempts=1,
+                priority=priority,
+                run_at=due,
+                timeout_seconds=0.0,
+            ),
+        )
 
     fl.learn(["q"], [lease(0, t)], limit=8, full=True, now=b + 0.0)  # short: saw everything
     assert fl.seeks(["q"], now=b + 1.0) == [("q", 0, t - margin)]
@@ -369,10 +385,25 @@ def test_a_wakeup_during_a_claim_keeps_the_floor_at_its_job() -> None:
 
     def lease(due: dt.datetime) -> Lease:
         return Lease(
-            job_id=1, fence=1, attempt=1, attempt_id=1, kind="run", name="x", queue="q",
-            payload={}, lease_seconds=30, effect="at_least_once", max_attempts=1,
-            created_at=t, executor=EXEC, priority=0, due_at=due,
-        )  # fmt: skip
+            job_id=1,
+            fence=1,
+            attempt=1,
+            attempt_id=1,
+            kind="run",
+            created_at=t,
+            executor=EXEC,
+            options=JobOptions(
+                name="x",
+                queue="q",
+                payload={},
+                lease_seconds=30,
+                effect="at_least_once",
+                max_attempts=1,
+                priority=0,
+                run_at=due,
+                timeout_seconds=0.0,
+            ),
+        )
 
     fl.learn(["q"], [lease(t)], limit=8, full=True, now=time.monotonic())
     sent = time.monotonic()
@@ -396,10 +427,25 @@ def test_a_full_read_lowers_a_floor_a_wakeup_for_a_later_job_set() -> None:
 
     def lease(due: dt.datetime) -> Lease:
         return Lease(
-            job_id=1, fence=1, attempt=1, attempt_id=1, kind="run", name="x", queue="q",
-            payload={}, lease_seconds=30, effect="at_least_once", max_attempts=1,
-            created_at=t, executor=EXEC, priority=0, due_at=due,
-        )  # fmt: skip
+            job_id=1,
+            fence=1,
+            attempt=1,
+            attempt_id=1,
+            kind="run",
+            created_at=t,
+            executor=EXEC,
+            options=JobOptions(
+                name="x",
+                queue="q",
+                payload={},
+                lease_seconds=30,
+                effect="at_least_once",
+                max_attempts=1,
+                priority=0,
+                run_at=due,
+                timeout_seconds=0.0,
+            ),
+        )
 
     fl.woken("q", 0, t + dt.timedelta(seconds=30))
     sent = time.monotonic()
@@ -485,10 +531,25 @@ def test_a_full_read_that_takes_long_comes_no_more_often_than_twenty_times_its_t
     every = conf.tenure_settings().CLAIM_FULL_SCAN_SECONDS
     t = driver().now()
     got = Lease(
-        job_id=1, fence=1, attempt=1, attempt_id=1, kind="run", name="x", queue="q",
-        payload={}, lease_seconds=30, effect="at_least_once", max_attempts=1,
-        created_at=t, executor=EXEC, priority=0, due_at=t,
-    )  # fmt: skip
+        job_id=1,
+        fence=1,
+        attempt=1,
+        attempt_id=1,
+        kind="run",
+        created_at=t,
+        executor=EXEC,
+        options=JobOptions(
+            name="x",
+            queue="q",
+            payload={},
+            lease_seconds=30,
+            effect="at_least_once",
+            max_attempts=1,
+            priority=0,
+            run_at=t,
+            timeout_seconds=0.0,
+        ),
+    )
     # A millisecond past each boundary: (b + 30.0) - b is below 30.0 for about a quarter of
     # the clock values b where b + 30 crosses a power of two (b in [8162, 8192): a CI run
     # 2 h 15 min after boot failed here on the exact boundary).

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from django.db.models import F
@@ -75,37 +76,26 @@ def transactional(ctx: Any, **payload: Any) -> None:
     """Nothing."""
 
 
+INSERT_ARGS = ("unique_key", "schedule_id", "hinted")
+"""What :meth:`Driver.insert_job` takes beside the job spec."""
+
+
 def fields(jt: JobType = plain, **over: Any) -> dict[str, Any]:
-    """The columns :meth:`Driver.insert_job` takes, for one job of ``jt``."""
-    f: dict[str, Any] = {
-        "name": jt.name,
-        "queue": jt.queue,
-        "payload": {},
-        "priority": 0,
-        "run_at": None,
-        "max_attempts": jt.max_attempts,
-        "lease_seconds": jt.lease_seconds,
-        "timeout_seconds": jt.max_runtime,
-        "unique_key": None,
-        "effect": jt.effect.value,
-        "schedule_id": None,
-        "hinted": False,
-    }
-    f.update(over)
-    return f
+    """The keyword arguments :meth:`Driver.insert_job` takes, for one job of ``jt``: its job
+    spec (``over``'s spec fields set) and the other arguments ``over`` names."""
+    args = {k: over.pop(k) for k in INSERT_ARGS if k in over}
+    return {"options": replace(jt.options(), **over), **args}
 
 
 def batch_fields(jt: JobType = plain, **over: Any) -> dict[str, Any]:
-    """The columns :meth:`Driver.insert_jobs` takes besides the payloads."""
-    f = fields(jt, **over)
-    for k in ("payload", "unique_key", "schedule_id"):
-        f.pop(k)
-    return f
+    """The keyword arguments :meth:`Driver.insert_jobs` takes besides the payloads."""
+    hinted = over.pop("hinted", False)
+    return {"options": replace(jt.options(), **over), "hinted": hinted}
 
 
 def insert(jt: JobType = plain, **over: Any) -> Job:
     """One waiting job, through the driver."""
-    j = driver().insert_job(fields(jt, **over))
+    j = driver().insert_job(**fields(jt, **over))
     assert j is not None
     return j
 

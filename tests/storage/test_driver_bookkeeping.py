@@ -57,7 +57,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 def test_insert_job_writes_a_waiting_job_due_at_the_database_now() -> None:
     d = driver()
     before = d.now()
-    j = d.insert_job(fields(payload={"to": "a@example.com", "n": [1, 2]}, priority=3))
+    j = d.insert_job(**fields(payload={"to": "a@example.com", "n": [1, 2]}, priority=3))
     after = d.now()
     assert j is not None
     row = job_row(j.pk)
@@ -83,7 +83,7 @@ def test_insert_job_writes_a_waiting_job_due_at_the_database_now() -> None:
 def test_insert_job_keeps_an_explicit_due_time_and_marks_a_hinted_job() -> None:
     d = driver()
     at = (d.now() + dt.timedelta(hours=1)).replace(microsecond=250_000)
-    j = d.insert_job(fields(run_at=at, hinted=True))
+    j = d.insert_job(**fields(run_at=at, hinted=True))
     assert j is not None
     row = job_row(j.pk)
     assert row.run_at == at == j.run_at
@@ -92,9 +92,9 @@ def test_insert_job_keeps_an_explicit_due_time_and_marks_a_hinted_job() -> None:
 
 def test_insert_job_returns_none_when_the_unique_key_is_taken() -> None:
     d = driver()
-    first = d.insert_job(fields(unique_key="k1", payload={"n": 1}))
+    first = d.insert_job(**fields(unique_key="k1", payload={"n": 1}))
     assert first is not None
-    assert d.insert_job(fields(unique_key="k1", payload={"n": 2})) is None
+    assert d.insert_job(**fields(unique_key="k1", payload={"n": 2})) is None
     [row] = Job.objects.filter(unique_key="k1")
     assert (row.pk, row.payload) == (first.pk, {"n": 1})
 
@@ -102,16 +102,16 @@ def test_insert_job_returns_none_when_the_unique_key_is_taken() -> None:
 def test_insert_job_with_a_taken_unique_key_leaves_the_callers_transaction_usable() -> None:
     d = driver()
     with d.atomic():
-        assert d.insert_job(fields(unique_key="k1")) is not None
-        assert d.insert_job(fields(unique_key="k1")) is None
-        assert d.insert_job(fields(unique_key="k2")) is not None
+        assert d.insert_job(**fields(unique_key="k1")) is not None
+        assert d.insert_job(**fields(unique_key="k1")) is None
+        assert d.insert_job(**fields(unique_key="k2")) is not None
     assert sorted(Job.objects.values_list("unique_key", flat=True)) == ["k1", "k2"]
 
 
 def test_insert_job_joins_the_callers_transaction() -> None:
     d = driver()
     with pytest.raises(RuntimeError), d.atomic():
-        d.insert_job(fields())
+        d.insert_job(**fields())
         raise RuntimeError("the caller rolls back")
     assert not Job.objects.exists()
 
@@ -123,7 +123,7 @@ def test_insert_jobs_returns_ids_and_due_times_in_payload_order() -> None:
     d = driver()
     payloads = [{"n": n} for n in (4, 0, 3, 1, 2)]
     before = d.now()
-    rows = d.insert_jobs(batch_fields(), payloads)
+    rows = d.insert_jobs(payloads=payloads, **batch_fields())
     after = d.now()
     ids = [job_id for job_id, _ in rows]
     assert len(set(ids)) == 5
@@ -143,7 +143,7 @@ def test_insert_jobs_returns_ids_and_due_times_in_payload_order() -> None:
 def test_insert_jobs_gives_every_job_an_explicit_due_time_and_hint_mark() -> None:
     d = driver()
     at = (d.now() + dt.timedelta(hours=1)).replace(microsecond=125_000)
-    rows = d.insert_jobs(batch_fields(run_at=at, hinted=True), [{"n": 1}, {"n": 2}])
+    rows = d.insert_jobs(payloads=[{"n": 1}, {"n": 2}], **batch_fields(run_at=at, hinted=True))
     assert [run_at for _, run_at in rows] == [at, at]
     for job_id, _ in rows:
         row = job_row(job_id)
@@ -153,7 +153,7 @@ def test_insert_jobs_gives_every_job_an_explicit_due_time_and_hint_mark() -> Non
 def test_insert_jobs_joins_the_callers_transaction() -> None:
     d = driver()
     with pytest.raises(RuntimeError), d.atomic():
-        d.insert_jobs(batch_fields(), [{"n": 1}, {"n": 2}])
+        d.insert_jobs(payloads=[{"n": 1}, {"n": 2}], **batch_fields())
         raise RuntimeError("the caller rolls back")
     assert not Job.objects.exists()
 

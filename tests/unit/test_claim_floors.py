@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import time
 
+from scheduler_core.domain.options import JobOptions
 from scheduler_core.storage.floors import ClaimFloors
 from scheduler_core.storage.records import Lease
 
@@ -27,15 +28,18 @@ def _lease(due: float) -> Lease:
         attempt=1,
         attempt_id=1,
         kind="run",
-        name="x",
-        queue=Q,
-        payload={},
-        lease_seconds=30,
-        effect="at_least_once",
-        max_attempts=1,
         created_at=T0,
         executor="e",
-        due_at=_at(due),
+        options=JobOptions(
+            name="x",
+            queue=Q,
+            payload={},
+            lease_seconds=30,
+            effect="at_least_once",
+            max_attempts=1,
+            run_at=_at(due),
+            timeout_seconds=0.0,
+        ),
     )
 
 

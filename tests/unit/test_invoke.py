@@ -24,6 +24,7 @@ import pytest
 from asgiref.sync import async_to_sync, markcoroutinefunction, sync_to_async
 
 from scheduler_core import job
+from scheduler_core.domain.options import JobOptions
 from scheduler_core.exceptions import AttemptOverrun, StaleAttempt
 from scheduler_core.runtime import invoke as invoke_mod
 from scheduler_core.runtime.context import JobContext
@@ -39,16 +40,18 @@ def _ctx(*, timeout: float = 0.0) -> JobContext:
             attempt=1,
             attempt_id=1,
             kind="run",
-            name="tests.unit.invoke",
-            queue="default",
-            payload={},
-            lease_seconds=30,
-            effect="at_least_once",
-            max_attempts=1,
             created_at=dt.datetime(2026, 1, 1, tzinfo=dt.UTC),
             executor="t:1:unit",
-            timeout_seconds=timeout,
             granted_at=time.monotonic() if timeout else 0.0,
+            options=JobOptions(
+                name="tests.unit.invoke",
+                queue="default",
+                payload={},
+                lease_seconds=30,
+                effect="at_least_once",
+                max_attempts=1,
+                timeout_seconds=timeout,
+            ),
         )
     )
 
