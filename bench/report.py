@@ -440,9 +440,9 @@ def _async_section(data: dict[str, Any], add: Callable[[str], None]) -> None:
     add("")
 
 
-OTEL_BEFORE, OTEL_OFF, OTEL_ON = "tenure-before-otel", "tenure", "tenure-otel"
+OTEL_BEFORE, OTEL_OFF, OTEL_ON = "tenure-untraced", "tenure", "tenure-otel"
 OTEL_OFF_MOST_COST = 1.02
-"""The most tracing off may cost per job against the revision before tracing existed."""
+"""The most tracing off may cost per job against the same files with the hooks emptied."""
 
 
 def _otel_round(r: dict[str, Any], shape: str, key: str, field: str) -> float:
@@ -454,8 +454,8 @@ def _otel_round(r: dict[str, Any], shape: str, key: str, field: str) -> float:
 def _otel_cost(
     rounds: list[dict[str, Any]], shape: str, field: str, key: str, *, rate: bool
 ) -> float:
-    """Median over rounds of ``key``'s cost per job over the revision before tracing: from a
-    rate (``rate``: before / key) or from a per-job figure (key / before)."""
+    """Median over rounds of ``key``'s cost per job over the untraced baseline: from a rate
+    (``rate``: before / key) or from a per-job figure (key / before)."""
     out = []
     for r in rounds:
         before = _otel_round(r, shape, OTEL_BEFORE, field)
@@ -467,29 +467,30 @@ def _otel_cost(
 
 
 def _otel_section(data: dict[str, Any], add: Callable[[str], None]) -> None:
-    """Tracing before it existed, off and on, on the broker-less executor."""
+    """Tracing hooks emptied, tracing off and on, on the broker-less executor."""
     rounds = data["rounds"]
     prof = data["profile"]
     add("## OpenTelemetry: what tracing costs a job, off and on")
     add("")
     add(
         "Tenure's broker-less executor drains no-op jobs (`bench.noop`) three ways, in turn, "
-        "twice a round, each on a database of its own: at the last revision before signals and "
-        "spans entered the job path (`bench.systems.BEFORE_OTEL`), with tracing off (the "
+        "twice a round, each on a database of its own: this checkout's committed files with "
+        "every tracing and signal hook of the job path emptied (`bench/untraced.py`, the "
+        "baseline: it differs from the checkout by those hooks alone), with tracing off (the "
         "`otel` extra installed and no tracer provider set, the default), and on (the SDK's "
         "tracer provider, a batch span processor and an exporter that drops the spans, "
         "`bench/otel_on.py`: every enqueue, attempt and effect makes its span, and every "
         f"job carries its trace context from the enqueue to its attempts). At their best (2 x 8, {_f(prof['best_jobs'])} "
         f"jobs) and one process running one job at a time ({_f(prof['drain_jobs'])} jobs). A "
         "round's figure is the median of its two drains; a cost per job is the median of "
-        "per-round ratios against the revision before: from the 10-90 % rate, and from the "
+        "per-round ratios against the baseline: from the 10-90 % rate, and from the "
         "worker processes' CPU time per job over the same window."
     )
     add("")
     add(
-        "| shape | before jobs/s | off jobs/s | on jobs/s | cost per job, off / before | "
-        "on / before | worker CPU ms / job, before | off | on | CPU per job, off / before | "
-        "on / before |"
+        "| shape | hooks emptied jobs/s | off jobs/s | on jobs/s | cost per job, off / emptied | "
+        "on / emptied | worker CPU ms / job, emptied | off | on | CPU per job, off / emptied | "
+        "on / emptied |"
     )
     add("|---|---|---|---|---|---|---|---|---|---|---|")
     cpu = "worker_cpu_ms_per_job"
@@ -961,8 +962,8 @@ def _targets(data: dict[str, Any]) -> list[tuple[str, str, bool]]:
         ]
         out.append(
             (
-                f"tracing off costs <= {OTEL_OFF_MOST_COST}x the revision before tracing per job "
-                "(worker CPU, broker-less executor)",
+                f"tracing off costs <= {OTEL_OFF_MOST_COST}x the same files with the tracing "
+                "hooks emptied, per job (worker CPU, broker-less executor)",
                 f"at their best {_r(costs[0])}, 1 process x 1 {_r(costs[1])}",
                 all(not math.isnan(c) and c <= OTEL_OFF_MOST_COST for c in costs),
             )

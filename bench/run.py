@@ -47,9 +47,9 @@ from .systems import (
     Tenure,
     TenureAsync,
     TenureBefore,
-    TenureBeforeOtel,
     TenureBesideLimited,
     TenureOtelOn,
+    TenureUntraced,
     all_systems,
 )
 
@@ -391,13 +391,13 @@ def async_round(
 
 def otel_systems() -> list[System]:
     """The OpenTelemetry comparison's systems: Tenure's broker-less executor draining the plain
-    no-op before tracing existed (:data:`bench.systems.BEFORE_OTEL`), with tracing off (the
-    extra installed, no tracer provider set: the default) and on (the SDK's provider), at
-    their best (2 x 8) and one process of one job at a time."""
+    no-op with its tracing and signal hooks emptied (:class:`bench.systems.TenureUntraced`),
+    with tracing off (the extra installed, no tracer provider set: the default) and on (the
+    SDK's provider), at their best (2 x 8) and one process of one job at a time."""
     out: list[System] = []
     for shape in (BEST, SAME):
         out += [
-            TenureBeforeOtel(shape=shape),
+            TenureUntraced(shape=shape),
             Tenure(key="tenure", db="bench_tenure", shape=shape),
             TenureOtelOn(shape=shape),
         ]

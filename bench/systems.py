@@ -42,6 +42,7 @@ from typing import Any
 
 import psycopg
 
+from . import untraced
 from .common import (
     BIN,
     PYTHON,
@@ -344,18 +345,39 @@ class TenureBefore(Tenure):
     tables = Tenure.tables.replace("tenure_job_spec, ", "").replace(", tenure_open_attempt", "")
 
 
-BEFORE_OTEL = "6d0d096"
-"""The last revision before signals and OpenTelemetry spans entered the job path: what "tracing
-off costs nothing" is measured against."""
-
-
-class TenureBeforeOtel(TenureBefore):
-    """Tenure's broker-less executor at :data:`BEFORE_OTEL`, from that revision's files."""
+class TenureUntraced(TenureBefore):
+    """Tenure's broker-less executor from this checkout's committed files (``git archive HEAD``
+    into ``var/bench-untraced/<rev>/``) with every tracing and signal hook of the job path
+    emptied (:mod:`bench.untraced`): what "tracing off costs nothing" is measured against, a
+    baseline that differs from the checkout by those hooks alone."""
 
     def __init__(self, shape: str = BEST) -> None:
-        super().__init__(
-            shape=shape, rev=BEFORE_OTEL, key="tenure-before-otel", before="tracing and signals"
+        rev = subprocess.run(
+            ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+        super().__init__(shape=shape, rev=rev, key="tenure-untraced", before="")
+        self.label = f"Tenure (broker-less) at {rev}, its tracing and signal hooks emptied"
+        # The same files as this checkout's, so the same settings as its own system's.
+        self.settings = (
+            "handlers on threads; every other setting at its default (finished jobs kept); "
+            "the example project loads no broker client with this transport (neither Celery's "
+            "app nor django-rq, config/__init__.py)"
         )
+        self.root = VAR / "bench-untraced" / rev
+        self.extra_env["PYTHONPATH"] = f"{ROOT / 'bench' / 'hooks'}:{self.root}"
+
+    def install(self) -> None:
+        if not (self.root / "manage.py").exists():
+            self.root.mkdir(parents=True, exist_ok=True)
+            archive = subprocess.run(
+                ["git", "-C", str(ROOT), "archive", self.rev], check=True, capture_output=True
+            ).stdout
+            subprocess.run(["tar", "-x", "-C", str(self.root)], input=archive, check=True)
+        untraced.strip(self.root)
+        super().install()
 
     tables = Tenure.tables
 
