@@ -474,7 +474,7 @@ def _otel_section(data: dict[str, Any], add: Callable[[str], None]) -> None:
     add("")
     add(
         "Tenure's broker-less executor drains no-op jobs (`bench.noop`) three ways, in turn, "
-        "twice a round, each on a database of its own: this checkout's committed files with "
+        "twice a round (the second time in the reverse order), each on a database of its own: this checkout's committed files with "
         "every tracing and signal hook of the job path emptied (`bench/untraced.py`, the "
         "baseline: it differs from the checkout by those hooks alone), with tracing off (the "
         "`otel` extra installed and no tracer provider set, the default), and on (the SDK's "

@@ -374,10 +374,12 @@ def async_round(
     profile: Profile, systems: list[System], *, label: str, what: str = "async"
 ) -> dict[str, Any]:
     """One round of the async comparison: :data:`ASYNC_TURNS` drains of each system in each
-    shape, in turn (plain, async, plain, async), so each pair sees the same machine."""
+    shape, in turn, so each pair sees the same machine; every other turn in the reverse order
+    (plain, async, async, plain), so that a system drained first in a turn (after the others'
+    writes) is not always the same one."""
     out: dict[str, Any] = {BEST: {}, SAME: {}}
-    for _ in range(ASYNC_TURNS):
-        for s in systems:
+    for turn in range(ASYNC_TURNS):
+        for s in systems if turn % 2 == 0 else systems[::-1]:
             _log(f"{label}: {what} comparison, {s.key} ({s.shape})")
             if s.shape == BEST:
                 res = workloads.drain(
@@ -406,7 +408,7 @@ def otel_systems() -> list[System]:
 
 def otel_round(profile: Profile, systems: list[System], *, label: str) -> dict[str, Any]:
     """One round of the OpenTelemetry comparison: :data:`ASYNC_TURNS` drains of each system in
-    each shape, in turn (before, off, on, before, off, on)."""
+    each shape, in turn (emptied, off, on, on, off, emptied)."""
     return async_round(profile, systems, label=label, what="OpenTelemetry")
 
 
