@@ -836,9 +836,10 @@ WHY = {
     ),
     "tracing off costs": (
         "Off, an attempt asks one module global and the tracer provider's type, and the "
-        "signals' receiver lists; the revision before did none of that. A difference larger "
-        "than a few microseconds of CPU per job is the machine's noise between adjacent "
-        "drains (other work shares its 2 cores): compare the rounds in the JSON."
+        "signals' receiver lists; the baseline's emptied hooks do none of that, and "
+        "`bench/otel_off.py` times it at about 1 us per attempt in the process. A difference "
+        "larger than a few microseconds of CPU per job is noise between adjacent drains: "
+        "compare the rounds in the JSON, and drain more jobs (`BENCH_SCALE`)."
     ),
     "an async def no-op costs": (
         "In one process an async def handler costs an attempt about 25-35 us of CPU more than "
