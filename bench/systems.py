@@ -337,8 +337,12 @@ class TenureBefore(Tenure):
                 ["git", "-C", str(ROOT), "archive", self.rev], check=True, capture_output=True
             ).stdout
             subprocess.run(["tar", "-x", "-C", str(self.root)], input=archive, check=True)
+        self.prepare()
         compile_bytecode(self.root)
         super().install()
+
+    def prepare(self) -> None:
+        """Change the revision's files before they are compiled (nothing here)."""
 
     # That revision's schema has no spec table (migration 0012 came after it), nor the table
     # of open attempts (0017).
@@ -369,15 +373,8 @@ class TenureUntraced(TenureBefore):
         self.root = VAR / "bench-untraced" / rev
         self.extra_env["PYTHONPATH"] = f"{ROOT / 'bench' / 'hooks'}:{self.root}"
 
-    def install(self) -> None:
-        if not (self.root / "manage.py").exists():
-            self.root.mkdir(parents=True, exist_ok=True)
-            archive = subprocess.run(
-                ["git", "-C", str(ROOT), "archive", self.rev], check=True, capture_output=True
-            ).stdout
-            subprocess.run(["tar", "-x", "-C", str(self.root)], input=archive, check=True)
+    def prepare(self) -> None:
         untraced.strip(self.root)
-        super().install()
 
     tables = Tenure.tables
 
