@@ -4,7 +4,8 @@ in a real browser against a live server:
 * the jobs list fits 1280 px: fixed columns, one line per row whatever the payload, key or
   error, a payload's whole text behind a disclosure;
 * the list refreshes live (htmx polling) and holds still while a dialog is open;
-* at 390 px (a phone) every navigation link is on screen and works;
+* at 390 px (a phone) every navigation link is on screen and works, and no page is wider than
+  the screen;
 * the resolve dialog arrives with every box unticked, and a submission without a ticked
   effect is refused with a message, changing nothing;
 * the words: a finished attempt shows no runtime limit, a retry's dialog names the pause that
@@ -112,13 +113,50 @@ def test_at_390_px_every_navigation_link_is_on_screen_and_works(page: Any) -> No
     links = page.locator("header.top nav a")
     # Overview, jobs, queues, schedules, workflows.
     assert links.count() == 5
+    nav = page.locator("header.top nav").bounding_box()
+    assert nav is not None
     for i in range(links.count()):
         b = links.nth(i).bounding_box()
         assert b is not None and b["x"] >= 0 and b["x"] + b["width"] <= 390, (i, b)
+        # Whole inside the navigation's own box too: a bar that scrolled sideways showed its
+        # last link cut at the edge.
+        assert nav["x"] <= b["x"] and b["x"] + b["width"] <= nav["x"] + nav["width"], (i, b, nav)
     header = page.locator("header.top").evaluate("h => [h.scrollWidth, h.clientWidth]")
     assert header[0] <= header[1], header
     page.locator("header.top nav a", has_text="Queues").click()
     page.wait_for_url("**/ops/queues/")
+
+
+def test_at_390_px_no_page_is_wider_than_the_screen(page: Any) -> None:  # noqa: F811
+    """A phone reads every page without scrolling it sideways: the panels, the history charts
+    and a job's times fit the screen (tables scroll inside their own box)."""
+    f.user("olivia", operate=True)
+    failed = f.failed("ui.notify", message="550 mailbox unavailable")
+    running, _ = f.running("ui.sync", invoice_id=1005)
+    f.indeterminate("ui.charge", invoice_id=42, cents=1999)
+    f.succeeded("ui.sync")
+    f.stuck("ui.notify")
+    scheduling.create_schedule(
+        name="nightly-report", job_name="ui.readable.report", cron="0 3 * * *", timezone="UTC"
+    )
+    queues.pause("reports", actor="olivia", reason="vendor maintenance until 14:00")
+    log_in(page, "olivia")
+    page.set_viewport_size({"width": 390, "height": 844})
+    for url in (
+        "/ops/",
+        "/ops/jobs/",
+        f"/ops/jobs/{failed.pk}/",
+        f"/ops/jobs/{running.pk}/",
+        "/ops/queues/",
+        "/ops/schedules/",
+        "/ops/workflows/",
+    ):
+        page.goto(url)
+        page.locator("main").wait_for()
+        widths = page.evaluate(
+            "() => [document.documentElement.scrollWidth, document.documentElement.clientWidth]"
+        )
+        assert widths[0] <= widths[1], (url, widths)
 
 
 def test_the_resolve_dialog_ticks_nothing_and_refuses_a_submission_without_a_fact(
