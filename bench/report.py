@@ -440,7 +440,7 @@ def _async_section(data: dict[str, Any], add: Callable[[str], None]) -> None:
     add("")
 
 
-OTEL_BEFORE, OTEL_OFF, OTEL_ON = "tenure-untraced", "tenure", "tenure-otel"
+OTEL_BASE, OTEL_OFF, OTEL_ON = "tenure-untraced", "tenure", "tenure-otel"
 OTEL_OFF_MOST_COST = 1.02
 """The most tracing off may cost per job against the same files with the hooks emptied."""
 
@@ -458,7 +458,7 @@ def _otel_cost(
     (``rate``: before / key) or from a per-job figure (key / before)."""
     out = []
     for r in rounds:
-        before = _otel_round(r, shape, OTEL_BEFORE, field)
+        before = _otel_round(r, shape, OTEL_BASE, field)
         this = _otel_round(r, shape, key, field)
         a, b = (before, this) if rate else (this, before)
         if b and not math.isnan(a) and not math.isnan(b):
@@ -474,9 +474,10 @@ def _otel_section(data: dict[str, Any], add: Callable[[str], None]) -> None:
     add("")
     add(
         "Tenure's broker-less executor drains no-op jobs (`bench.noop`) three ways, in turn, "
-        "twice a round (the second time in the reverse order), each on a database of its own: this checkout's committed files with "
-        "every tracing and signal hook of the job path emptied (`bench/untraced.py`, the "
-        "baseline: it differs from the checkout by those hooks alone), with tracing off (the "
+        "twice a round (the second time in the reverse order), each on a database of its "
+        "own: this checkout's committed files with every tracing and signal hook of the job "
+        "path emptied (`bench/untraced.py`, the baseline: it differs from the checkout by those "
+        "hooks alone), with tracing off (the "
         "`otel` extra installed and no tracer provider set, the default), and on (the SDK's "
         "tracer provider, a batch span processor and an exporter that drops the spans, "
         "`bench/otel_on.py`: every enqueue, attempt and effect makes its span, and every "
@@ -497,11 +498,11 @@ def _otel_section(data: dict[str, Any], add: Callable[[str], None]) -> None:
     for shape, name in ((BEST_SHAPE, "at their best (2 x 8)"), (SAME_SHAPE, "1 process x 1")):
         rates = [
             median([_otel_round(r, shape, k, "per_second") for r in rounds])
-            for k in (OTEL_BEFORE, OTEL_OFF, OTEL_ON)
+            for k in (OTEL_BASE, OTEL_OFF, OTEL_ON)
         ]
         cpus = [
             median([_otel_round(r, shape, k, cpu) for r in rounds])
-            for k in (OTEL_BEFORE, OTEL_OFF, OTEL_ON)
+            for k in (OTEL_BASE, OTEL_OFF, OTEL_ON)
         ]
         add(
             f"| {name} | {' | '.join(_f(x) for x in rates)} | "

@@ -309,18 +309,20 @@ class TenureBefore(Tenure):
         *,
         key: str = "tenure-before",
         before: str = "queue limits",
+        root: Path | None = None,
     ) -> None:
         super().__init__(key=key, db="bench_" + key.replace("-", "_"), shape=shape)
         self.label = f"Tenure (broker-less) at {rev}, before {before}"
-        # That revision's example project loads Celery's app and django-rq whatever the
-        # transport: its start-up is not this checkout's.
-        self.settings = (
-            "handlers on threads; every other setting at its default (finished jobs kept); "
-            "that revision's example project, which loads Celery's app and django-rq whatever "
-            "the transport"
-        )
+        if root is None:
+            # That revision's example project loads Celery's app and django-rq whatever the
+            # transport: its start-up is not this checkout's.
+            self.settings = (
+                "handlers on threads; every other setting at its default (finished jobs "
+                "kept); that revision's example project, which loads Celery's app and "
+                "django-rq whatever the transport"
+            )
         self.rev = rev
-        self.root = VAR / "bench-before" / rev
+        self.root = root or VAR / "bench-before" / rev
         # That revision's modules, and only those: bench/hooks/sitecustomize.py takes this
         # checkout's editable install off the import machinery.
         self.extra_env["PYTHONPATH"] = f"{ROOT / 'bench' / 'hooks'}:{self.root}"
@@ -356,22 +358,25 @@ class TenureUntraced(TenureBefore):
     baseline that differs from the checkout by those hooks alone."""
 
     def __init__(self, shape: str = BEST) -> None:
-        rev = subprocess.run(
-            ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
-            check=True,
-            capture_output=True,
-            text=True,
-        ).stdout.strip()
-        super().__init__(shape=shape, rev=rev, key="tenure-untraced", before="")
-        self.label = f"Tenure (broker-less) at {rev}, its tracing and signal hooks emptied"
-        # The same files as this checkout's, so the same settings as its own system's.
-        self.settings = (
-            "handlers on threads; every other setting at its default (finished jobs kept); "
-            "the example project loads no broker client with this transport (neither Celery's "
-            "app nor django-rq, config/__init__.py)"
+        def git(*args: str) -> str:
+            return subprocess.run(
+                ["git", "-C", str(ROOT), *args], check=True, capture_output=True, text=True
+            ).stdout.strip()
+
+        # The checkout's own system runs its working files, the baseline its commit: with
+        # changes not committed, the two would differ by more than the hooks.
+        changed = git("status", "--porcelain", "--", "scheduler_core", "config")
+        if changed:
+            raise SystemExit(
+                "bench: commit the changes to scheduler_core/ and config/ first; the "
+                f"untraced baseline is built from HEAD:\n{changed}"
+            )
+        rev = git("rev-parse", "--short", "HEAD")
+        # This checkout's files, so this checkout's settings (Tenure's, kept).
+        super().__init__(
+            shape=shape, rev=rev, key="tenure-untraced", root=VAR / "bench-untraced" / rev
         )
-        self.root = VAR / "bench-untraced" / rev
-        self.extra_env["PYTHONPATH"] = f"{ROOT / 'bench' / 'hooks'}:{self.root}"
+        self.label = f"Tenure (broker-less) at {rev}, its tracing and signal hooks emptied"
 
     def prepare(self) -> None:
         untraced.strip(self.root)
