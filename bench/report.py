@@ -412,7 +412,8 @@ def _async_section(data: dict[str, Any], add: Callable[[str], None]) -> None:
     add(
         "Tenure's broker-less executor drains no-op jobs whose handler is a plain function "
         "(`bench.noop`), then the same no-op written `async def` (`bench.noop_async`, a "
-        "database of its own), in turn, twice a round: at their best (2 x 8, "
+        "database of its own), in turn, twice a round (the second time in the reverse order): "
+        "at their best (2 x 8, "
         f"{_f(prof['best_jobs'])} jobs) and one process running one job at a time "
         f"({_f(prof['drain_jobs'])} jobs). An async handler runs on its executor thread's own "
         "event loop, kept from one job to the next (`scheduler_core/runtime/invoke.py`). A "
