@@ -831,10 +831,10 @@ CELERY_NOTE = (
 WHY = {
     "a workflow step costs": (
         "A workflow's enqueue is a commit of its own (the independent jobs commit 1,000 at a "
-        "time), and in the drain each completion that releases steps carries one more "
-        "statement, waiting on the row of a fan-in its other parents count off, and a wake-up "
-        "transaction after its commit; fewer jobs are due at once, so each commit carries fewer "
-        "completions (docs/workflows.md, Speed)."
+        "time). In the drain a completion that releases steps writes each child's step row "
+        "and job row once more in its statement, and one that counts off a fan-in waits for "
+        "the row the fan-in's other parents count off, held until their commit: without the "
+        "fan-in a step costs about 1.2x (docs/workflows.md, Speed)."
     ),
     "tracing off costs": (
         "Off, an attempt asks one module global and the tracer provider's type, and the "

@@ -134,6 +134,9 @@ class Worker:
             "executor %s: queues=%s concurrency=%d", self.executor_id, self.queues, self.concurrency
         )
         self.heartbeater.start()
+        # The loop writes every completion: the wake-ups its commits send go from a thread of
+        # their own, so the loop claims again without waiting for them.
+        driver().start_wakeup_sender(on_wakeup=self._heard)
         for i in range(self.concurrency):
             t = threading.Thread(target=self._work, name=f"tenure-worker-{i}", daemon=True)
             t.start()
@@ -170,6 +173,12 @@ class Worker:
             listener.stop()
             self._shutdown()
         return self.stats
+
+    def _heard(self, queue: str) -> None:
+        """A wake-up this process announces (a job its own commit made due): the loop claims
+        at once, as a wake-up from another process would have it."""
+        if queue in self.queues:
+            self._wake.set()
 
     def _busy_count(self) -> int:
         with self._busy_lock:
@@ -310,6 +319,7 @@ class Worker:
         until = time.monotonic() + CLEANUP_SECONDS
         for t in self._threads:
             t.join(timeout=max(0.0, until - time.monotonic()))
+        driver().stop_wakeup_sender()
         with contextlib.suppress(DatabaseError):
             driver().executor_stopped(self.executor_id)
         log.info(

@@ -299,6 +299,12 @@ class StorageDriver(Protocol):
     def woken(self, queue: str, priority: int, due_at: datetime) -> None:
         """This process learned a job of ``queue`` waits: lower the claim floors to it."""
 
+    def start_wakeup_sender(self, on_wakeup: Callable[[str], None] | None = None) -> None:
+        """From now on, send this process's wake-ups from a thread of its own."""
+
+    def stop_wakeup_sender(self) -> None:
+        """Send the wake-ups not yet sent, then send again from the committing thread."""
+
     def forget_floors(self) -> None:
         """Drop what this process learned about where claims start."""
 

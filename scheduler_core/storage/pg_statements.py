@@ -347,12 +347,64 @@ FENCE_MATCH = "fence = done.jfence"
 """The completion statement's fence guard: the job's fence is still the completing attempt's."""
 
 
-def complete_many_sql(shape: str, fence_match: str = FENCE_MATCH) -> str:
+RELEASE_CTES = f"""
+        stepped AS (
+            SELECT ARRAY(SELECT id FROM job WHERE id = ANY(%s::bigint[])) AS ids
+        ), released AS (
+            UPDATE tenure_workflow_step SET pending = pending - (
+                SELECT count(*) FROM tenure_workflow_edge AS e
+                WHERE e.child_id = tenure_workflow_step.job_id
+                    AND e.parent_id = ANY((SELECT ids FROM stepped)::bigint[]))
+            WHERE job_id = ANY(ARRAY(
+                SELECT child_id FROM tenure_workflow_edge
+                WHERE parent_id = ANY((SELECT ids FROM stepped)::bigint[])))
+            RETURNING job_id, pending
+        ), due AS (
+            UPDATE tenure_job SET run_at = {PG_NOW}, updated_at = {PG_NOW}, hinted_at = NULL,
+                reason = ''
+            WHERE id = ANY(ARRAY(SELECT job_id FROM released WHERE pending <= 0))
+                AND (state = '{states.State.WAITING.value}' AND run_at = %s) IS TRUE
+            RETURNING id, queue, priority, run_at
+        )"""
+"""A step's release as ``WITH`` parts after :func:`complete_ctes`, in the completion's own
+statement: the steps among the jobs whose fenced completion matched (``job``) count themselves
+off their children, and the children brought to zero become due — a refused completion
+releases nothing, and the release costs no round trip of its own. Placeholders: the leases'
+job ids that are workflow steps, the blocked steps' due time
+(:data:`~scheduler_core.domain.workflows.BLOCKED_AT`). Written as :data:`STEPS_SUCCEEDED` is,
+which says why its rows are named by key."""
+
+DUE_RESULT = (
+    "(SELECT coalesce(array_agg(id ORDER BY id), '{}') FROM due) AS due_ids, "
+    "(SELECT coalesce(array_agg(queue ORDER BY id), '{}') FROM due) AS due_queues, "
+    "(SELECT coalesce(array_agg(priority ORDER BY id), '{}') FROM due) AS due_priorities, "
+    "(SELECT min(run_at) FROM due) AS due_at"
+)
+"""The steps :data:`RELEASE_CTES` made due: their ids, queues and priorities (in id order), and
+the earliest due time among them (a wake-up announcing them must not name a later one)."""
+
+
+def complete_sql(fence_match: str = FENCE_MATCH, *, steps: bool = False) -> str:
+    """:meth:`PostgresDriver.complete`'s statement for one lease; with ``steps``, the lease is
+    a workflow step's and the statement releases its children (:data:`RELEASE_CTES`)."""
+    if steps:
+        return (
+            f"WITH {complete_ctes(fence_match)}, {RELEASE_CTES} "
+            f"SELECT {COMPLETE_RESULT}, {DUE_RESULT}"
+        )
+    return f"WITH {complete_ctes(fence_match)} SELECT {COMPLETE_RESULT}"
+
+
+def complete_many_sql(shape: str, fence_match: str = FENCE_MATCH, *, steps: bool = False) -> str:
     """:meth:`PostgresDriver.complete_many_and_claim`'s statement: the claim's and the
-    completions' parts, one row per claimed job (at least one, for the completions' result)."""
+    completions' parts, one row per claimed job (at least one, for the completions' result);
+    with ``steps``, some leases are workflow steps' and the statement releases their children
+    (:data:`RELEASE_CTES`; placeholders after the completions')."""
+    release = f", {RELEASE_CTES}" if steps else ""
+    due = f", {DUE_RESULT}" if steps else ""
     return (
-        f"WITH {claim_ctes(shape)}, {complete_ctes(fence_match)} "
-        f"SELECT {COMPLETE_RESULT}, {limited_sql(shape)} AS limited, got.* "
+        f"WITH {claim_ctes(shape)}, {complete_ctes(fence_match)}{release} "
+        f"SELECT {COMPLETE_RESULT}{due}, {limited_sql(shape)} AS limited, got.* "
         "FROM (SELECT 1) AS one LEFT JOIN got ON true"
     )
 
@@ -748,11 +800,12 @@ DISCARD_PLANS = "DISCARD PLANS"
 """Every ``REPLAN_SECONDS``: plan every statement of the connection afresh."""
 
 SEND_WAKEUP = (
-    "SELECT pg_notify(%s, %s) FROM (SELECT set_config('synchronous_commit', 'off', true)) AS local"
+    "SELECT pg_notify(%s, w) FROM unnest(%s::text[]) AS w, "
+    "(SELECT set_config('synchronous_commit', 'off', true)) AS local"
 )
-"""``PostgresDriver.send_wakeup``: one wake-up, in a transaction that only notifies, so nothing
-in it needs to reach the disk before the wake-up is delivered (``set_config(..., true)`` lasts
-until its end). Placeholders: the channel (:data:`WAKEUP_CHANNEL`), the wake-up's text."""
+"""``PostgresDriver.send_wakeups``: wake-ups, in a transaction that only notifies, so nothing
+in it needs to reach the disk before they are delivered (``set_config(..., true)`` lasts
+until its end). Placeholders: the channel (:data:`WAKEUP_CHANNEL`), the wake-ups' texts."""
 
 LISTEN = f"LISTEN {WAKEUP_CHANNEL}"
 """``PostgresDriver.listen``: wake-ups, on a connection of their own."""

@@ -29,6 +29,7 @@ from psycopg.rows import dict_row
 from ..conf import tenure_settings
 from ..domain import states
 from ..domain.payload_search import PayloadQuery
+from ..domain.workflows import BLOCKED_AT
 from .base import Driver
 from .clock import to_datetime
 from .floors import FLOORS, LIMITED_FLOORS, ClaimFloors
@@ -37,7 +38,6 @@ from .pg_enqueue import PgEnqueue
 from .pg_indexes import PgIndexUpkeep
 from .pg_statements import (
     CLUSTER_IDENTITY,
-    COMPLETE_RESULT,
     DATABASE_IDENTITY,
     DISCARD_PLANS,
     ESTIMATED_JOBS,
@@ -61,8 +61,8 @@ from .pg_statements import (
     claim_params,
     claim_shape,
     claim_sql,
-    complete_ctes,
     complete_many_sql,
+    complete_sql,
     idle_timeout_sql,
     limited_params,
 )
@@ -90,11 +90,7 @@ class PostgresDriver(PgWakeups, PgEnqueue, PgTableUpkeep, PgIndexUpkeep, Driver)
     has_transaction_ids = True
     now_sql = PG_NOW
     fence_match = FENCE_MATCH
-    """The completion statement's fence guard (:func:`complete_ctes`)."""
-
-    def __init__(self, alias: str) -> None:
-        super().__init__(alias)
-        self._complete_ctes = complete_ctes(self.fence_match)
+    """The completion statement's fence guard (:func:`.pg_statements.complete_ctes`)."""
 
     # -- connections and transactions ----------------------------------------------------
 
@@ -277,17 +273,21 @@ class PostgresDriver(PgWakeups, PgEnqueue, PgTableUpkeep, PgIndexUpkeep, Driver)
     def complete(self, lease: Lease, *, result: Any = None) -> int | None:
         """One statement writing the job's and the attempt's rows as :meth:`Driver.finish`
         does; returns the transaction's id."""
+        step = lease.workflow_id is not None
         with self.atomic():
             (row,) = self._rows(
-                f"WITH {self._complete_ctes} SELECT {COMPLETE_RESULT}",
-                self._complete_params(
-                    [lease], None if result is None else {lease.attempt_id: result}
-                ),
+                complete_sql(self.fence_match, steps=step),
+                [
+                    *self._complete_params(
+                        [lease], None if result is None else {lease.attempt_id: result}
+                    ),
+                    *(self._release_params([lease]) if step else []),
+                ],
             )
             if lease.job_id not in row["completed"]:
                 raise self.refusal(lease, states.COMPLETE.name)
-            if lease.workflow_id is not None:
-                self.steps_succeeded([lease.job_id])
+            if step:
+                self._announce_released(row)
         return int(row["xid"])
 
     def complete_many_and_claim(
@@ -304,17 +304,18 @@ class PostgresDriver(PgWakeups, PgEnqueue, PgTableUpkeep, PgIndexUpkeep, Driver)
         sent = time.monotonic()
         seeks = self._seeks(queues, now=sent) if limit > 0 else FLOORS.seeks(queues, now=sent)
         shape = claim_shape(by_id=False, nqueues=len(queues), floors=bool(seeks))
+        # Workflow steps among the leases: the statement releases their children too.
+        steps = any(x.workflow_id is not None for x in leases)
         params = [
             *claim_params(shape, executor=executor, queues=queues, limit=limit, seeks=seeks),
             *self._complete_params(leases, results),
+            *(self._release_params(leases) if steps else []),
             *limited_params(shape, queues=queues, job_id=None),
         ]
-        rows = self._rows(complete_many_sql(shape, self.fence_match), params)
+        rows = self._rows(complete_many_sql(shape, self.fence_match, steps=steps), params)
         matched, xid = set(rows[0]["completed"]), int(rows[0]["xid"])
-        steps = [x.job_id for x in leases if x.workflow_id is not None and x.job_id in matched]
         if steps:
-            # In the caller's transaction, with the completions it commits.
-            self.steps_succeeded(steps)
+            self._announce_released(rows[0])
         claimed = [r for r in rows if r["id"] is not None]
         got = leases_from_rows(claimed, executor=executor, sent=sent)
         if limit > 0:
@@ -325,6 +326,28 @@ class PostgresDriver(PgWakeups, PgEnqueue, PgTableUpkeep, PgIndexUpkeep, Driver)
             # In the caller's transaction, after the completions: they count as finished.
             got += self.claim_within_limits(limited, executor=executor, limit=limit - len(got))
         return xid, matched, got
+
+    def _release_params(self, leases: Sequence[Lease]) -> list[Any]:
+        """The placeholders of :data:`.pg_statements.RELEASE_CTES`: the leases' jobs that are
+        workflow steps, and the blocked steps' due time."""
+        return [
+            [x.job_id for x in leases if x.workflow_id is not None],
+            self.connection.ops.adapt_datetimefield_value(BLOCKED_AT),
+        ]
+
+    def _announce_released(self, row: Mapping[str, Any]) -> list[int]:
+        """Announce the steps a completion statement's release made due (its ``due_*``
+        columns), once the transaction commits (:meth:`_announce_due`)."""
+        ids = row["due_ids"]
+        if not ids:
+            return []
+        due_at = row["due_at"]
+        return self._announce_due(
+            [
+                (i, q, p, due_at)
+                for i, q, p in zip(ids, row["due_queues"], row["due_priorities"], strict=True)
+            ]
+        )
 
     def _complete_params(
         self, leases: Sequence[Lease], results: Mapping[int, Any] | None = None

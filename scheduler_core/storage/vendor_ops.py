@@ -128,6 +128,16 @@ class VendorOps:
     def forget_floors(self) -> None:
         """*Vendor.* Drop what this process learned about where claims start (tests)."""
 
+    def start_wakeup_sender(self, on_wakeup: Callable[[str], None] | None = None) -> None:
+        """*Vendor.* From now on, send this process's wake-ups from a thread of its own, so
+        the thread that committed goes on at once, and have ``on_wakeup`` called with the
+        queue of each wake-up this process announces, as it announces it (nothing where the
+        database has no notifications)."""
+
+    def stop_wakeup_sender(self) -> None:
+        """*Vendor.* Send the wake-ups not yet sent, then stop that thread: wake-ups are sent
+        from the committing thread again."""
+
     # -- enqueue and retention (vendor) --------------------------------------------------------
 
     def insert_job(

@@ -471,25 +471,83 @@ def test_a_workflows_enqueue_is_two_statements_on_postgresql() -> None:
 
 
 @pytest.mark.postgres
-def test_a_release_and_the_children_it_makes_due_are_one_statement_on_postgresql() -> None:
-    """A step's release counts it off its children and makes due those it brings to zero in
-    one statement of the completion's transaction (two on the code before)."""
-    from django.db import connections
-    from django.test.utils import CaptureQueriesContext
+def test_a_completion_its_release_and_the_children_it_makes_due_are_one_statement(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """On PostgreSQL a step's completion counts it off its children and makes due those it
+    brings to zero in the completion's own statement, with the next claim (three statements
+    on the code before: the completion, the release, the children made due; then two; two
+    here on the code of 2026-12-07). Every statement sent to the server is counted, the
+    driver's prepared ones too."""
+    import psycopg
 
     run = _fan().enqueue()
     _run_all_until("c")
-    conn = connections[driver().alias]
-    parts = [run.jobs[f"part[{i}]"] for i in range(10)]
-    Job.objects.filter(pk__in=parts).update(state="succeeded")
-    with transaction.atomic(using=driver().alias), CaptureQueriesContext(conn) as seen:
-        first = driver().steps_succeeded(parts[:9])
-        made_due = driver().steps_succeeded(parts[9:])
-    assert first == [] and made_due == [run.jobs["join"]]
-    assert [q["sql"].split()[0] for q in seen.captured_queries] == ["WITH", "WITH"]
+    parts = sorted(
+        (x for x in _claim() if x.payload["label"].startswith("part")), key=lambda x: x.job_id
+    )
+    assert len(parts) == 10
+    sent: list[str] = []
+    execute = psycopg.Cursor.execute
+
+    def counted(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
+        sent.append(str(query).split()[0])
+        return execute(self, query, *args, **kwargs)
+
+    monkeypatch.setattr(psycopg.Cursor, "execute", counted)
+    with transaction.atomic(using=driver().alias):
+        _, first, _ = driver().complete_many_and_claim(
+            parts[:9], executor=EXEC, queues=[Q], limit=5
+        )
+    assert sent == ["WITH"]
+    monkeypatch.undo()
+    assert Job.objects.get(pk=run.jobs["join"]).run_at == BLOCKED_AT
+    sent.clear()
+    monkeypatch.setattr(psycopg.Cursor, "execute", counted)
+    with transaction.atomic(using=driver().alias):
+        _, last, got = driver().complete_many_and_claim(
+            parts[9:], executor=EXEC, queues=[Q], limit=5
+        )
+        assert sent == ["WITH"]
+    # Once committed, the wake-up for the step made due, in a transaction of its own.
+    assert sent == ["WITH", "SELECT"]
+    monkeypatch.undo()
+    assert len(first) == 9 and len(last) == 1 and got == []
     join = Job.objects.get(pk=run.jobs["join"])
     assert join.run_at < BLOCKED_AT and join.reason == ""
     assert WorkflowStep.objects.get(job_id=run.jobs["join"]).pending == 0
+    assert [x.job_id for x in _claim()] == [run.jobs["join"]]
+
+
+def test_in_one_write_of_several_completions_only_the_matched_ones_release() -> None:
+    """A batch holding a stale step's completion and a current one's: the current one
+    releases its children, the stale one releases none (the release reads the completions
+    the fence let through, not the leases sent)."""
+    stale_run = _diamond(root=again)
+    [first] = _claim()
+    Job.objects.filter(pk=first.job_id).update(
+        lease_expires_at=driver().now() - dt.timedelta(seconds=60)
+    )
+    reaper.reap_once()
+    Job.objects.filter(pk=first.job_id).update(run_at=driver().now() - dt.timedelta(seconds=1))
+    [second] = driver().claim(executor=EXEC, queues=[Q], job_id=first.job_id)
+    live_run = _diamond()
+    [live] = _claim()
+    assert live.job_id == live_run.jobs["charge"]
+    with transaction.atomic(using=driver().alias):
+        _, matched, _ = driver().complete_many_and_claim(
+            [first, live], executor=EXEC, queues=[Q], limit=0
+        )
+    assert matched == {live.job_id}
+    for name in ("ship", "email"):
+        assert Job.objects.get(pk=stale_run.jobs[name]).run_at == BLOCKED_AT
+        assert WorkflowStep.objects.get(job_id=stale_run.jobs[name]).pending == 1
+        assert Job.objects.get(pk=live_run.jobs[name]).run_at < BLOCKED_AT
+    assert sorted(x.job_id for x in _claim()) == sorted(
+        [live_run.jobs["ship"], live_run.jobs["email"]]
+    )
+    driver().complete(second)
+    assert len(_claim()) == 2
 
 
 def _run_all_until(label: str) -> None:
