@@ -147,9 +147,16 @@ class PgWakeups(DriverCore):
     def start_wakeup_sender(self, on_wakeup: Callable[[str], None] | None = None) -> None:
         """See :meth:`.vendor_ops.VendorOps.start_wakeup_sender`; ``on_wakeup`` is called with
         the queue of each wake-up this process announces, as it announces it."""
+        if on_wakeup is not None:
+            self._heard_here = [*self._heard_here, on_wakeup]
         if self._sender is None:
-            self._heard_here = [on_wakeup] if on_wakeup is not None else []
-            self._sender = _Sender(lambda batch: self.send_wakeups(batch, learned=True))
+            self._sender = _Sender(self._send_from_thread)
+
+    def _send_from_thread(self, wakeups: list[tuple[str, int, datetime]]) -> None:
+        """The wake-up thread's send; a session that failed is closed, so the next send
+        opens another rather than failing on it again."""
+        if not self.send_wakeups(wakeups, learned=True):
+            self.connection.close()
 
     def stop_wakeup_sender(self) -> None:
         sender, self._sender = self._sender, None
@@ -160,11 +167,11 @@ class PgWakeups(DriverCore):
 
     def send_wakeups(
         self, wakeups: list[tuple[str, int, datetime]], *, learned: bool = False
-    ) -> None:
+    ) -> bool:
         """Send ``(queue, priority, due time)`` wake-ups now, in one transaction of their own
         (outside any of the caller's), and have this process's floors learn them unless they
-        ``learned`` them already. A failure is logged, never raised: the jobs they announce
-        have committed already, and polling finds them."""
+        ``learned`` them already; whether they were sent. A failure is logged, never raised:
+        the jobs they announce have committed already, and polling finds them."""
         if not learned:
             for queue, priority, due_at in wakeups:
                 floors.woken(queue, priority, due_at)
@@ -181,6 +188,8 @@ class PgWakeups(DriverCore):
                 sorted({q for q, _, _ in wakeups}),
                 e,
             )
+            return False
+        return True
 
     def listen(self, stop: Callable[[], bool]) -> Iterator[tuple[str, int, datetime] | None]:
         """``LISTEN`` on a connection of its own (reconnecting with backoff); every wake-up

@@ -150,3 +150,25 @@ def test_the_listener_passes_over_the_wakeups_of_its_own_process_and_hears_other
         stop.set()
         t.join(5)
         driver().stop_wakeup_sender()
+
+
+def test_the_wakeup_thread_opens_a_new_session_after_one_fails(
+    listener: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A send that fails is logged and its session closed: the next wake-up goes out on a new
+    session, not the dead one."""
+    driver().start_wakeup_sender()
+    try:
+        ok.enqueue(n=1, priority=1)
+        assert _heard(listener) == [("wakeups", 1)]
+        with connection.cursor() as cur:
+            cur.execute("SELECT pg_terminate_backend(%s)", [driver()._sent_from])
+        ok.enqueue(n=2, priority=2)
+        end = time.monotonic() + 5
+        while "could not send the wake-ups" not in caplog.text and time.monotonic() < end:
+            time.sleep(0.01)
+        assert "could not send the wake-ups" in caplog.text
+        ok.enqueue(n=3, priority=3)
+        assert _heard(listener, timeout=2.0) == [("wakeups", 3)]
+    finally:
+        driver().stop_wakeup_sender()
