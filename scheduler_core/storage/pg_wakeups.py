@@ -177,11 +177,12 @@ class PgWakeups(DriverCore):
                 floors.woken(queue, priority, due_at)
         try:
             with self.connection.cursor() as cur:
+                if learned:
+                    # Known before the wake-ups can come back to this process's listener.
+                    self._sent_from = self.connection.connection.info.backend_pid
                 # The transaction only notifies: nothing in it needs to reach the disk before
                 # the wake-up is delivered (SEND_WAKEUP says how).
                 cur.execute(SEND_WAKEUP, [WAKEUP_CHANNEL, [wakeup_payload(*w) for w in wakeups]])
-                if learned:
-                    self._sent_from = self.connection.connection.info.backend_pid
         except DatabaseError as e:
             log.warning(
                 "could not send the wake-ups for queues %s (%s); polling finds the jobs",
