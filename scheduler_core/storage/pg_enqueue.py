@@ -106,12 +106,7 @@ class PgEnqueue(DriverCore):
         with self.connection.cursor() as cur:
             cur.execute(
                 STEPS_SUCCEEDED,
-                [
-                    parents,
-                    parents,
-                    states.State.WAITING.value,
-                    self.connection.ops.adapt_datetimefield_value(rules.BLOCKED_AT),
-                ],
+                [parents, self.connection.ops.adapt_datetimefield_value(rules.BLOCKED_AT)],
             )
             rows = cur.fetchall()
         return self._announce_due(rows)

@@ -347,17 +347,19 @@ FENCE_MATCH = "fence = done.jfence"
 """The completion statement's fence guard: the job's fence is still the completing attempt's."""
 
 
-RELEASE_CTES = f"""
-        stepped AS (
-            SELECT ARRAY(SELECT id FROM job WHERE id = ANY(%s::bigint[])) AS ids
-        ), released AS (
+def release_ctes(parents: str) -> str:
+    """A step's release as ``WITH`` parts, ``released`` and ``due``: the children of the
+    steps ``parents`` (an expression of their ids) count them off, and those brought to zero
+    become due if they are still blocked. Placeholder: the blocked steps' due time
+    (:data:`~scheduler_core.domain.workflows.BLOCKED_AT`). :data:`STEPS_SUCCEEDED` says why
+    its rows are named by key."""
+    return f"""
+        released AS (
             UPDATE tenure_workflow_step SET pending = pending - (
                 SELECT count(*) FROM tenure_workflow_edge AS e
-                WHERE e.child_id = tenure_workflow_step.job_id
-                    AND e.parent_id = ANY((SELECT ids FROM stepped)::bigint[]))
+                WHERE e.child_id = tenure_workflow_step.job_id AND e.parent_id = ANY({parents}))
             WHERE job_id = ANY(ARRAY(
-                SELECT child_id FROM tenure_workflow_edge
-                WHERE parent_id = ANY((SELECT ids FROM stepped)::bigint[])))
+                SELECT child_id FROM tenure_workflow_edge WHERE parent_id = ANY({parents})))
             RETURNING job_id, pending
         ), due AS (
             UPDATE tenure_job SET run_at = {PG_NOW}, updated_at = {PG_NOW}, hinted_at = NULL,
@@ -366,13 +368,18 @@ RELEASE_CTES = f"""
                 AND (state = '{states.State.WAITING.value}' AND run_at = %s) IS TRUE
             RETURNING id, queue, priority, run_at
         )"""
+
+
+RELEASE_CTES = f"""
+        stepped AS (
+            SELECT ARRAY(SELECT id FROM job WHERE id = ANY(%s::bigint[])) AS ids
+        ), {release_ctes("(SELECT ids FROM stepped)::bigint[]")}"""
 """A step's release as ``WITH`` parts after :func:`complete_ctes`, in the completion's own
 statement: the steps among the jobs whose fenced completion matched (``job``) count themselves
 off their children, and the children brought to zero become due — a refused completion
 releases nothing, and the release costs no round trip of its own. Placeholders: the leases'
 job ids that are workflow steps, the blocked steps' due time
-(:data:`~scheduler_core.domain.workflows.BLOCKED_AT`). Written as :data:`STEPS_SUCCEEDED` is,
-which says why its rows are named by key."""
+(:data:`~scheduler_core.domain.workflows.BLOCKED_AT`); the parts are :func:`release_ctes`."""
 
 DUE_RESULT = (
     "(SELECT coalesce(array_agg(id ORDER BY id), '{}') FROM due) AS due_ids, "
@@ -689,22 +696,13 @@ compiled."""
 # -- workflows -----------------------------------------------------------------------------
 
 STEPS_SUCCEEDED = f"""
-    WITH released AS (
-        UPDATE tenure_workflow_step SET pending = pending - (
-            SELECT count(*) FROM tenure_workflow_edge AS e
-            WHERE e.child_id = tenure_workflow_step.job_id AND e.parent_id = ANY(%s::bigint[]))
-        WHERE job_id = ANY(ARRAY(
-            SELECT child_id FROM tenure_workflow_edge WHERE parent_id = ANY(%s::bigint[])))
-        RETURNING job_id, pending
-    )
-    UPDATE tenure_job SET run_at = {PG_NOW}, updated_at = {PG_NOW}, hinted_at = NULL, reason = ''
-    WHERE id = ANY(ARRAY(SELECT job_id FROM released WHERE pending <= 0))
-        AND (state = %s AND run_at = %s) IS TRUE
-    RETURNING id, queue, priority, run_at
+    WITH parents AS (SELECT %s::bigint[] AS ids), {release_ctes("(SELECT ids FROM parents)::bigint[]")}
+    SELECT id, queue, priority, run_at FROM due
 """
 """``PostgresDriver.steps_succeeded``, a step's release: its children count it off, and those
-it brings to zero become due, in one statement. Placeholders: the parents' ids (twice), the
-waiting state, the blocked steps' due time (:data:`~scheduler_core.domain.workflows.BLOCKED_AT`).
+it brings to zero become due, in one statement (:func:`release_ctes`, as the completion's own
+statement writes it). Placeholders: the parents' ids, the blocked steps' due time
+(:data:`~scheduler_core.domain.workflows.BLOCKED_AT`).
 
 The children's step rows are named as an array of keys: as a join, a table filled since its
 statistics were taken looked small, and the planner read every step row on every completion

@@ -116,17 +116,22 @@ def test_parents_results_reach_the_child() -> None:
     assert dict(ran)["charge"] == {}
 
 
-def test_a_stale_completion_releases_nothing() -> None:
-    run = _diamond(root=again)
-    [first] = _claim()
-    # The first owner's lease runs out; the reaper puts the step back and a second owner
-    # claims it under a higher fence.
+def _taken_over(first: Lease) -> Lease:
+    """``first``'s lease runs out, the reaper puts its step back, and a second owner claims it
+    under a higher fence: the second owner's lease."""
     Job.objects.filter(pk=first.job_id).update(
         lease_expires_at=driver().now() - dt.timedelta(seconds=60)
     )
     reaper.reap_once()
     Job.objects.filter(pk=first.job_id).update(run_at=driver().now() - dt.timedelta(seconds=1))
     [second] = driver().claim(executor=EXEC, queues=[Q], job_id=first.job_id)
+    return second
+
+
+def test_a_stale_completion_releases_nothing() -> None:
+    run = _diamond(root=again)
+    [first] = _claim()
+    second = _taken_over(first)
     assert second.fence == first.fence + 1
     with pytest.raises(StaleAttempt):
         driver().complete(first)
@@ -141,12 +146,7 @@ def test_a_stale_completion_releases_nothing() -> None:
 def test_a_stale_completion_with_the_next_claim_releases_nothing() -> None:
     run = _diamond(root=again)
     [first] = _claim()
-    Job.objects.filter(pk=first.job_id).update(
-        lease_expires_at=driver().now() - dt.timedelta(seconds=60)
-    )
-    reaper.reap_once()
-    Job.objects.filter(pk=first.job_id).update(run_at=driver().now() - dt.timedelta(seconds=1))
-    [second] = driver().claim(executor=EXEC, queues=[Q], job_id=first.job_id)
+    second = _taken_over(first)
     with transaction.atomic(using=driver().alias):
         _, matched, got = driver().complete_many_and_claim(
             [first], executor=EXEC, queues=[Q], limit=5
@@ -525,12 +525,7 @@ def test_in_one_write_of_several_completions_only_the_matched_ones_release() -> 
     the fence let through, not the leases sent)."""
     stale_run = _diamond(root=again)
     [first] = _claim()
-    Job.objects.filter(pk=first.job_id).update(
-        lease_expires_at=driver().now() - dt.timedelta(seconds=60)
-    )
-    reaper.reap_once()
-    Job.objects.filter(pk=first.job_id).update(run_at=driver().now() - dt.timedelta(seconds=1))
-    [second] = driver().claim(executor=EXEC, queues=[Q], job_id=first.job_id)
+    second = _taken_over(first)
     live_run = _diamond()
     [live] = _claim()
     assert live.job_id == live_run.jobs["charge"]
