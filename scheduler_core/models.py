@@ -497,12 +497,12 @@ class Attempt(models.Model):
     error_type = models.CharField(max_length=200, blank=True, default="")
     message = models.TextField(blank=True, default="")
     traceback = models.TextField(blank=True, default="")
-    # Every handler's return value, not only a task's (the help text is migration 0006's).
     return_value = models.JSONField(
         null=True,
         blank=True,
-        help_text="What the handler returned, for a django.tasks task (JSON, size-bounded); "
-        "the task's result is that of the attempt whose completion was accepted.",
+        help_text="What the handler returned (JSON, size-bounded). A job's result, and a "
+        "workflow step's value in its children's ctx.parent_results, is that of the attempt "
+        "whose completion was accepted.",
     )
 
     objects = TenureManager()
