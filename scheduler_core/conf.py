@@ -134,11 +134,10 @@ class TenureSettings:
     REPLAN_SECONDS: float = 30.0
     """PostgreSQL: each connection that claims makes every plan it keeps afresh at least this
     often (its prepared statements and the server's checks of the attempt's and the ledger's
-    keys), and sooner after it starts: 1, 2, 4, 8 and 16 s apart, then this often. A plan is
-    otherwise kept until the server's statistics of the table change: one made while the table
-    was nearly empty and not yet analysed (a new installation, a fresh start, tables just
-    emptied) scanned the whole table on every claim and completion (12 to 43 ms in a soak's
-    first minute), and the key checks read it once per attempt and per effect. 0 plans every
+    keys). A plan is otherwise kept until the server's statistics of the table change: one made
+    while the table was nearly empty and not yet analysed (a new installation, a fresh start)
+    scanned the whole table on every claim and completion (12 to 43 ms in a soak's first
+    minute), and the key checks read it once per attempt and per effect. 0 plans every
     statement afresh."""
     HANDLER_IDLE_TX_TIMEOUT_MS: int = 60_000
     """The same limit inside a ``transactional`` job's own transaction, where the handler may

@@ -78,27 +78,8 @@ from .records import (
 log = logging.getLogger("tenure.storage")
 
 
-_planned_at: weakref.WeakKeyDictionary[Any, tuple[float, int]] = weakref.WeakKeyDictionary()
-"""When each connection last had its plans made (monotonic seconds), and how many times it
-has had them made."""
-
-REPLAN_FIRST_SECONDS = 1.0
-"""A connection's plans are made again this long after its first statement, then after twice
-as long each time, until :func:`replan_interval` reaches ``REPLAN_SECONDS``."""
-
-_monotonic = time.monotonic
-"""The clock :func:`_replan_if_due` reads (a test sets it)."""
-
-
-def replan_interval(planned: int, every: float) -> float:
-    """How long a connection keeps the plans it had made for the ``planned``-th time (1 for its
-    first statement's): 1 s, then 2, 4, 8, 16 s, and ``every`` (``REPLAN_SECONDS``) once the
-    ramp reaches it. A plan made at a connection's start sees the tables as they were then:
-    emptied, or empty on a new installation, they looked small and the plan read them whole on
-    every call (a drain of 14,000 jobs took four times as long while its executors kept such a
-    plan for ``every``); planned again a second later, the statement sees the rows that came
-    meanwhile."""
-    return min(every, REPLAN_FIRST_SECONDS * 2.0 ** (planned - 1))
+_planned_at: weakref.WeakKeyDictionary[Any, float] = weakref.WeakKeyDictionary()
+"""When each connection last had its plans made again (monotonic seconds)."""
 
 
 class PostgresDriver(PgWakeups, PgEnqueue, PgTableUpkeep, PgIndexUpkeep, Driver):
@@ -470,19 +451,18 @@ class PostgresDriver(PgWakeups, PgEnqueue, PgTableUpkeep, PgIndexUpkeep, Driver)
 
 
 def _replan_if_due(cur: Any, raw: Any) -> None:
-    """Have this connection plan every statement afresh (``DISCARD PLANS``), from the tables
-    as they now are: soon after its first statement, then less and less often, then every
-    ``REPLAN_SECONDS`` (:func:`replan_interval`). A plan is otherwise kept until the server's
-    statistics of its table change, and one made while the job table was nearly empty and
-    not yet analysed reads it whole: the prepared claim and completion read it on every call,
-    and so did the server's own checks of the attempt's and the ledger's keys to their job
-    (plans it caches per connection, which dropping the prepared statements left in place),
-    once per attempt and per effect (tests/db/test_claim_plan.py). Prepared statements keep
-    their names; each is planned again at its next call."""
-    now = _monotonic()
-    at, planned = _planned_at.get(raw, (None, 0))
-    if at is not None and now - at < replan_interval(planned, tenure_settings().REPLAN_SECONDS):
+    """Have this connection plan every statement afresh (``DISCARD PLANS``) every
+    ``REPLAN_SECONDS``, from the tables as they now are. A plan is otherwise kept until the
+    server's statistics of its table change, and one made while the job table was nearly empty
+    and not yet analysed reads it whole: the prepared claim and completion read it on every
+    call, and so did the server's own checks of the attempt's and the ledger's keys to their
+    job (plans it caches per connection, which dropping the prepared statements left in
+    place), once per attempt and per effect (tests/db/test_claim_plan.py). Prepared
+    statements keep their names; each is planned again at its next call."""
+    now = time.monotonic()
+    at = _planned_at.get(raw)
+    if at is not None and now - at < tenure_settings().REPLAN_SECONDS:
         return
     if at is not None:
         cur.execute(DISCARD_PLANS, prepare=False)
-    _planned_at[raw] = (now, planned + 1)
+    _planned_at[raw] = now
